@@ -1,0 +1,163 @@
+"""poot as a vLLM structured-output backend (engine-core side).
+
+``PootBackend`` implements vLLM's ``StructuredOutputBackend``: it turns the
+tokenizer into poot's byte vocabulary once, compiles each request's
+constraint (DFA constraints into per-state token masks, grammars into a
+pushdown matcher), and caches compiled artefacts (bounded LRU by bytes).
+``PootGrammar`` is the per-request ``StructuredOutputGrammar``: a fresh
+matcher per ``compile_grammar`` call, so each of a request's n choices has its
+own state.  Everything vLLM-specific lives here; the core modules do the work.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import torch
+from vllm.v1.structured_output.backend_types import (
+    StructuredOutputBackend,
+    StructuredOutputGrammar,
+    StructuredOutputOptions,
+)
+
+from poot_vllm.cache import ByteLRU
+from poot_vllm.constraints import Constraint, Kind, compile_automaton
+from poot_vllm.errors import PootError
+from poot_vllm.params import TOOL_CALL_TAG
+from poot_vllm.settings import budget_masks_enabled, server_limits
+from poot_vllm.vocabulary import TokenVocabulary, with_stop_ids
+
+if TYPE_CHECKING:
+    from vllm.v1.request import Request
+
+logger = logging.getLogger("vllm.poot")
+
+_OPTION_KINDS = {
+    StructuredOutputOptions.REGEX: Kind.REGEX,
+    StructuredOutputOptions.CHOICE: Kind.CHOICE,
+    StructuredOutputOptions.JSON: Kind.JSON,
+    StructuredOutputOptions.JSON_OBJECT: Kind.JSON_OBJECT,
+    StructuredOutputOptions.GRAMMAR: Kind.GRAMMAR,
+}
+
+
+def constraint_for(request_type: StructuredOutputOptions, grammar_spec: str) -> Constraint:
+    """The engine's (option, spec) key back to a poot constraint."""
+    if request_type is StructuredOutputOptions.STRUCTURAL_TAG:
+        if grammar_spec.startswith(TOOL_CALL_TAG):
+            return Constraint(Kind.TOOL_CALL, grammar_spec[len(TOOL_CALL_TAG):])
+        raise PootError("structural tags are not supported by the poot backend")
+    kind = _OPTION_KINDS.get(request_type)
+    if kind is None:
+        raise PootError(f"unsupported structured output type {request_type}")
+    if kind is Kind.CHOICE:
+        import json
+
+        # vLLM sends choices as JSON text; normalise it like the API server did.
+        return Constraint(kind, json.dumps(json.loads(grammar_spec), ensure_ascii=False))
+    if kind is Kind.JSON:
+        from poot_vllm.constraints import schema_constraint
+
+        return schema_constraint(grammar_spec, server_limits())
+    return Constraint(kind, grammar_spec)
+
+
+@dataclass
+class PootBackend(StructuredOutputBackend):
+    def __post_init__(self) -> None:
+        self.limits = server_limits()
+        eos = getattr(self.tokenizer, "eos_token_id", None)
+        self.vocab = TokenVocabulary.from_tokenizer(
+            self.tokenizer, vocab_size=self.vocab_size, stop_ids=[eos] if eos is not None else []
+        )
+        spec = getattr(self.vllm_config, "speculative_config", None)
+        self.num_speculative_tokens = int(getattr(spec, "num_speculative_tokens", 0) or 0) if spec else 0
+        self._vocabs: dict[frozenset[int], TokenVocabulary] = {self.vocab.stop_ids: self.vocab}
+        self._vocab_lock = threading.Lock()
+        self._compiled: ByteLRU[Any] = ByteLRU(self.limits.mask_cache_bytes, lambda v: int(getattr(v, "nbytes", 4096)))
+        from poot_vllm.masks import warm_up
+
+        # Load (or JIT once per machine) the mask kernels off the scheduler loop.
+        threading.Thread(target=warm_up, name="poot-warm-up", daemon=True).start()
+        logger.info("poot backend ready: vocab size %d (%s tokenizer)", self.vocab.size, self.vocab.kind)
+
+    def _vocab_for(self, stop_ids: set[int] | None) -> TokenVocabulary:
+        if not stop_ids:
+            return self.vocab
+        key = frozenset(int(t) for t in stop_ids if 0 <= int(t) < self.vocab.size)
+        with self._vocab_lock:
+            vocab = self._vocabs.get(key)
+            if vocab is None:
+                vocab = with_stop_ids(self.vocab, key)
+                self._vocabs[key] = vocab
+            return vocab
+
+    def compile_grammar(
+        self,
+        request_type: StructuredOutputOptions,
+        grammar_spec: str,
+        stop_token_ids: set[int] | None = None,
+        max_new_tokens: int | None = None,
+    ) -> StructuredOutputGrammar:
+        constraint = constraint_for(request_type, grammar_spec)
+        vocab = self._vocab_for(stop_token_ids)
+        compiled = self._compiled.get_or_build((constraint, vocab.stop_ids), lambda: self._compile(constraint, vocab))
+        matcher = compiled.new_matcher(max_rollback_tokens=self.num_speculative_tokens)
+        if max_new_tokens is not None and budget_masks_enabled():
+            matcher.set_token_budget(max_new_tokens)
+        return PootGrammar(matcher=matcher)
+
+    def compile_for_request(self, request: "Request") -> StructuredOutputGrammar:
+        """Compile with what only the request knows: stop ids and the token budget."""
+        request_type, grammar_spec = request.structured_output_request.structured_output_key
+        params = request.sampling_params
+        stop_ids = params.all_stop_token_ids if params is not None else None
+        budget = getattr(params, "max_tokens", None) if params is not None else None
+        return self.compile_grammar(request_type, grammar_spec, stop_token_ids=stop_ids, max_new_tokens=budget)
+
+    def _compile(self, constraint: Constraint, vocab: TokenVocabulary) -> Any:
+        automaton = compile_automaton(constraint, self.limits)
+        if constraint.kind.is_pushdown:
+            from poot_vllm.grammar.matcher import compile_pushdown
+
+            return compile_pushdown(automaton, vocab, self.limits)
+        from poot_vllm.compiled import CompiledDFA
+
+        return CompiledDFA.build(automaton, vocab)
+
+    def allocate_token_bitmask(self, max_num_seqs: int) -> torch.Tensor:
+        return torch.full((max_num_seqs, (self.vocab_size + 31) // 32), -1, dtype=torch.int32)
+
+    def destroy(self) -> None:
+        self._compiled.clear()
+
+
+@dataclass
+class PootGrammar(StructuredOutputGrammar):
+    """One request choice's matcher, adapted to vLLM's grammar interface."""
+
+    matcher: Any = field(repr=False)
+
+    def accept_tokens(self, request_id: str, tokens: list[int]) -> bool:
+        ok = self.matcher.accept_tokens(tokens)
+        if not ok:
+            logger.warning("poot: request %s produced a token the constraint rejects", request_id)
+        return ok
+
+    def validate_tokens(self, tokens: list[int]) -> list[int]:
+        return self.matcher.validate_tokens(tokens)
+
+    def rollback(self, num_tokens: int) -> None:
+        self.matcher.rollback(num_tokens)
+
+    def fill_bitmask(self, bitmask: torch.Tensor, batch_index: int) -> None:
+        self.matcher.fill_bitmask(bitmask[batch_index].numpy())
+
+    def is_terminated(self) -> bool:
+        return self.matcher.is_terminated()
+
+    def reset(self) -> None:
+        self.matcher.reset()

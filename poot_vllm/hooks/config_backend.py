@@ -1,0 +1,49 @@
+"""Add ``"poot"`` to the closed set of structured-output backend names.
+
+vLLM declares ``StructuredOutputsConfig.backend`` as a ``Literal[...]`` on a
+pydantic dataclass, so ``--structured-outputs-config.backend poot`` is
+rejected before any plugin code runs.  We widen the Literal and rebuild the
+pydantic schema; the CLI's ``choices`` are derived from the same annotation
+when the parser is built (after plugins load), so they include ``poot`` too.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, get_args
+
+from poot_vllm.hooks import Hook
+
+BACKEND_NAME = "poot"
+
+HOOK = Hook(
+    name="config_backend",
+    target="vllm.config.structured_outputs.StructuredOutputsConfig.backend",
+    what="widen the backend Literal with 'poot' and rebuild the pydantic dataclass",
+    why="the backend name is a closed Literal; an unknown name is a config error",
+    versions="0.32.x, 0.33.x",
+    until="vLLM has a structured-output backend registry (patches/0001)",
+)
+
+
+def seam_present() -> bool:
+    from vllm.config import structured_outputs as so
+
+    return hasattr(so, "register_structured_output_backend")
+
+
+def apply() -> None:
+    import pydantic
+    from vllm.config import structured_outputs as so
+
+    cls = so.StructuredOutputsConfig
+    current = cls.__pydantic_fields__["backend"].annotation
+    names = get_args(current)
+    if BACKEND_NAME in names:
+        return
+    widened = Literal[names + (BACKEND_NAME,)]  # type: ignore[valid-type]
+    so.StructuredOutputsBackend = widened
+    # pydantic reads the annotation from several places depending on version.
+    cls.__annotations__["backend"] = widened
+    cls.__dataclass_fields__["backend"].type = widened
+    cls.__pydantic_fields__["backend"].annotation = widened
+    pydantic.dataclasses.rebuild_dataclass(cls, force=True)

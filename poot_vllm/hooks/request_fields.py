@@ -1,0 +1,105 @@
+"""Honour ``guided_*`` request fields on the OpenAI endpoints (API server).
+
+vLLM removed ``guided_choice`` / ``guided_regex`` / ``guided_grammar`` /
+``guided_json``; it keeps them in ``request.model_extra`` and ignores them
+with a 200 -- an unconstrained reply for a client that asked for a
+constraint.  We wrap ``extract_structured_outputs`` on the chat and completion
+request classes: it runs in the request handler before the engine is asked
+and before a streaming response starts, so a refusal is a real 400 for
+``stream: true`` too.  The wrapper maps the fields with poot's precedence
+(requests.py), runs poot's full validation, and returns the
+``StructuredOutputsParams`` the engine sees.  Only active when the server's
+backend is poot.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from poot_vllm.hooks import Hook, wrap
+
+HOOK = Hook(
+    name="request_fields",
+    target="vllm.entrypoints.openai.{chat_completion,completion}.protocol.*Request.extract_structured_outputs",
+    what="map guided_* fields and response_format to one poot constraint, validate it, 400 on refusal",
+    why="vLLM ignores guided_* fields with a 200 (unconstrained output)",
+    versions="0.32.x, 0.33.x",
+    until="vLLM has a request hook point for structured-output plugins (patches/0002)",
+)
+
+_CONSTRAINT_FIELDS = ("json", "regex", "choice", "grammar", "json_object", "structural_tag")
+
+
+def seam_present() -> bool:
+    try:
+        from vllm.entrypoints.generate.base import protocol
+    except ImportError:
+        return False
+    return hasattr(protocol, "register_structured_outputs_hook")
+
+
+def response_format_dict(response_format: Any) -> dict | None:
+    """vLLM's parsed ``response_format`` back to the OpenAI dict shape."""
+    if response_format is None:
+        return None
+    kind = getattr(response_format, "type", None)
+    if kind not in ("text", "json_object", "json_schema"):
+        return None  # structural tags: left to vLLM / the backend check
+    out: dict[str, Any] = {"type": kind}
+    js = getattr(response_format, "json_schema", None)
+    if js is not None:
+        out["json_schema"] = {"name": getattr(js, "name", None), "schema": getattr(js, "json_schema", None)}
+    return out
+
+
+def structured_outputs_for(request: Any, original) -> Any:
+    """The engine-bound ``StructuredOutputsParams`` for a request (poot server)."""
+    from vllm.sampling_params import StructuredOutputsParams
+
+    from poot_vllm.constraints import check
+    from poot_vllm.errors import PootError
+    from poot_vllm.hooks.sampling_validation import to_validation_error
+    from poot_vllm.params import params_kwargs
+    from poot_vllm.requests import select_constraint
+    from poot_vllm.settings import server_limits
+    from poot_vllm.tool_forcing import tool_constraint_for
+
+    limits = server_limits()
+    field = "structured_outputs"
+    try:
+        selected = tool_constraint_for(request, limits)
+        if selected is None:
+            selected = select_constraint(
+                request.model_extra or {}, response_format_dict(getattr(request, "response_format", None)), limits
+            )
+        if selected is None:
+            return original(request)
+        constraint, field = selected
+        check(constraint, limits)
+    except PootError as exc:
+        raise to_validation_error(exc.with_field(field), field) from None
+    base = getattr(request, "structured_outputs", None)
+    kwargs = params_kwargs(constraint)
+    if base is None:
+        return StructuredOutputsParams(**kwargs)
+    cleared = {name: None for name in _CONSTRAINT_FIELDS}
+    return dataclasses.replace(base, **{**cleared, **kwargs})
+
+
+def apply() -> None:
+    from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+    from vllm.entrypoints.openai.completion.protocol import CompletionRequest
+
+    from poot_vllm.hooks.state import poot_is_server_backend
+
+    def make(orig):
+        def extract_structured_outputs(self):
+            if not poot_is_server_backend():
+                return orig(self)
+            return structured_outputs_for(self, orig)
+
+        return extract_structured_outputs
+
+    for cls in (ChatCompletionRequest, CompletionRequest):
+        wrap(cls, "extract_structured_outputs", make)

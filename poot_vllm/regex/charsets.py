@@ -1,0 +1,94 @@
+"""Sets of Unicode code points as sorted, disjoint, inclusive ranges.
+
+A :data:`CodepointSet` never contains surrogates (U+D800..U+DFFF): poot's
+automata read UTF-8, and no valid UTF-8 text contains a surrogate, so a class
+that only matches surrogates matches nothing here.
+
+The ``\\d``, ``\\w`` and ``\\s`` classes are taken from Python's own ``re`` (run
+once over every code point, then cached), so they agree with ``re`` on str
+patterns by construction, whatever Unicode version this Python ships.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from array import array
+from functools import lru_cache
+
+CodepointSet = tuple[tuple[int, int], ...]
+
+MAX_CODEPOINT = 0x10FFFF
+SURROGATES = (0xD800, 0xDFFF)
+#: Every code point that can appear in UTF-8 text.
+ANY_CHAR: CodepointSet = ((0, SURROGATES[0] - 1), (SURROGATES[1] + 1, MAX_CODEPOINT))
+EMPTY: CodepointSet = ()
+
+
+def normalize(ranges: "list[tuple[int, int]] | tuple[tuple[int, int], ...]") -> CodepointSet:
+    """Sort and merge ranges, and drop surrogates."""
+    merged: list[list[int]] = []
+    for lo, hi in sorted(ranges):
+        if merged and lo <= merged[-1][1] + 1:
+            if hi > merged[-1][1]:
+                merged[-1][1] = hi
+        else:
+            merged.append([lo, hi])
+    out: list[tuple[int, int]] = []
+    s_lo, s_hi = SURROGATES
+    for lo, hi in merged:
+        if hi < s_lo or lo > s_hi:
+            out.append((lo, hi))
+            continue
+        if lo < s_lo:
+            out.append((lo, s_lo - 1))
+        if hi > s_hi:
+            out.append((s_hi + 1, hi))
+    return tuple(out)
+
+
+def union(*sets: CodepointSet) -> CodepointSet:
+    return normalize([r for s in sets for r in s])
+
+
+def complement(cps: CodepointSet) -> CodepointSet:
+    """Every UTF-8-encodable code point not in ``cps``."""
+    out: list[tuple[int, int]] = []
+    nxt = 0
+    for lo, hi in cps:
+        if lo > nxt:
+            out.append((nxt, lo - 1))
+        nxt = hi + 1
+    if nxt <= MAX_CODEPOINT:
+        out.append((nxt, MAX_CODEPOINT))
+    return normalize(out)
+
+
+@lru_cache(maxsize=4096)
+def single(cp: int) -> CodepointSet:
+    return normalize([(cp, cp)])
+
+
+@lru_cache(maxsize=None)
+def _all_codepoints_text() -> str:
+    """Every code point once, in order (surrogates included: ``re`` accepts them)."""
+    codes = array("I", range(MAX_CODEPOINT + 1))
+    if codes.itemsize != 4:  # pragma: no cover - exotic platforms
+        codes = array("L", range(MAX_CODEPOINT + 1))
+    encoding = "utf-32-le" if sys.byteorder == "little" else "utf-32-be"
+    # Decoding a UTF-32 buffer takes milliseconds; a chr() loop takes ~0.2 s.
+    return codes.tobytes().decode(encoding, "surrogatepass")
+
+
+@lru_cache(maxsize=None)
+def category(letter: str) -> CodepointSet:
+    """The set Python's ``re`` matches with ``\\d``, ``\\w`` or ``\\s`` (str patterns)."""
+    if letter not in ("d", "w", "s"):
+        raise ValueError(letter)
+    text = _all_codepoints_text()
+    spans = [(m.start(), m.end() - 1) for m in re.finditer("\\" + letter + "+", text)]
+    return normalize(spans)
+
+
+#: ``.`` without DOTALL: anything but a newline.
+DOT: CodepointSet = complement(single(ord("\n")))

@@ -1,0 +1,232 @@
+#!/usr/bin/env python
+"""JSON Schema conformance ratchet for poot's schema compiler.
+
+Compiles every schema in ``<repo>/../shared/bench-data/jsonschemabench/*.jsonl``
+and ``json-schema-test-suite/draft2020-12.jsonl``, and for each compiled one
+checks exactness: random samples of the regex must validate with
+``jsonschema``, and the item's invalid instances (re-serialized compactly with
+sorted keys) must not match.  Prints a table per subset.
+
+    python scripts/json_conformance.py            # print the table
+    python scripts/json_conformance.py --update   # also rewrite the baseline
+
+The unit test ``tests/unit/test_json_conformance.py`` runs the same code and
+fails when a subset's compiled count drops below the baseline or a schema that
+compiled before is refused now.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import re
+import sys
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from poot_vllm.errors import PootError  # noqa: E402
+from poot_vllm.json_schema import schema_to_regex  # noqa: E402
+from poot_vllm.json_schema import charsets as cs  # noqa: E402
+from poot_vllm.json_schema.patterns import _Parser  # noqa: E402
+from poot_vllm.limits import DEFAULT_LIMITS  # noqa: E402
+
+try:
+    from poot_vllm.compile import regex_to_dfa  # noqa: E402
+except ImportError:  # the regex engine is optional for this script
+    regex_to_dfa = None
+
+BENCH = REPO.parent / "shared" / "bench-data"
+BASELINE = REPO / "tests" / "data" / "json_conformance_baseline.json"
+#: Every refusal message names the keyword: "unsupported keyword 'X' at /ptr" or "'X' at /ptr ...".
+REFUSAL_RE = re.compile(r"'([^']+)' at (/\S*)|exceeds the limit (\w+)")
+
+
+def bench_files(bench: Path = BENCH) -> list[Path]:
+    files = sorted((bench / "jsonschemabench").glob("*.jsonl"))
+    suite = bench / "json-schema-test-suite" / "draft2020-12.jsonl"
+    return files + ([suite] if suite.exists() else [])
+
+
+def load_items(bench: Path = BENCH) -> list[dict]:
+    items = []
+    for path in bench_files(bench):
+        for line in path.read_text().splitlines():
+            if line.strip():
+                items.append(json.loads(line))
+    return items
+
+
+# -- random sampling from a regex (poot syntax parses with the pattern parser) --------
+_SAFE_POOL = [(0x20, 0x7E), (0xA0, 0x24F), (0x4E00, 0x4E20), (0x1F600, 0x1F610)]
+
+
+def _pick_char(ranges: cs.Ranges, rng: random.Random) -> str:
+    ranges = cs.subtract(ranges, [(0xD800, 0xDFFF)])
+    # Prefer "ordinary" characters so samples look like text, but sometimes take any member.
+    pool = [(max(lo, plo), min(hi, phi)) for lo, hi in ranges for plo, phi in _SAFE_POOL if max(lo, plo) <= min(hi, phi)]
+    if not pool or rng.random() < 0.1:
+        pool = ranges
+    lo, hi = rng.choice(pool)
+    return chr(rng.randint(lo, hi))
+
+
+def _sample(node: Any, rng: random.Random, out: list[str], budget: list[int]) -> None:
+    kind = node[0]
+    if kind == "set":
+        out.append(_pick_char(node[1], rng))
+    elif kind == "seq":
+        for item in node[1]:
+            _sample(item, rng, out, budget)
+    elif kind == "alt":
+        _sample(rng.choice(node[1]), rng, out, budget)
+    elif kind == "rep":
+        _, inner, lo, hi = node
+        n = lo
+        while (hi is None or n < hi) and budget[0] > 0 and rng.random() < 0.5:
+            n += 1
+        budget[0] -= n
+        for _ in range(n):
+            _sample(inner, rng, out, budget)
+
+
+_PARSE_CACHE: dict[str, Any] = {}
+
+
+def sample_regex(regex: str, rng: random.Random) -> str:
+    """A random string matching ``regex`` (counted repeats are cut short where they may be)."""
+    if regex not in _PARSE_CACHE:
+        _PARSE_CACHE[regex] = _Parser(regex).parse()
+    out: list[str] = []
+    _sample(_PARSE_CACHE[regex], rng, out, [200])
+    return "".join(out)
+
+
+# -- the run ---------------------------------------------------------------------------
+def _validator(schema: Any):
+    import jsonschema
+
+    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    return cls(schema, format_checker=cls.FORMAT_CHECKER)
+
+
+def check_item(item: dict, samples: int = 4, seed: int = 0) -> dict:
+    """Compile one item's schema and check exactness; a dict describing the outcome."""
+    result: dict[str, Any] = {"id": item["id"], "subset": item["subset"]}
+    try:
+        regex = schema_to_regex(item["schema"])
+    except PootError as exc:
+        m = REFUSAL_RE.search(str(exc))
+        result["refused"] = (m.group(1) or m.group(3)) if m else "<unnamed>"
+        result["message"] = str(exc)
+        return result
+    result["compiled"] = True
+    result["regex_chars"] = len(regex)
+    compiled = re.compile(regex)
+    problems: list[str] = []
+    dfa = None
+    if regex_to_dfa is not None:
+        try:
+            dfa = regex_to_dfa(regex, DEFAULT_LIMITS)
+            result["dfa"] = True
+        except PootError as exc:  # over the automaton budget: served as a 400, not a bug
+            result["dfa_refused"] = str(exc)[:120]
+    rng = random.Random(seed)
+    validator = _validator(item["schema"])
+    for _ in range(samples):
+        text = sample_regex(regex, rng)
+        if not compiled.fullmatch(text):
+            problems.append(f"sampler produced a non-match: {text[:80]!r}")
+            continue
+        if dfa is not None and not dfa.matches(text.encode("utf-8")):
+            problems.append(f"poot's DFA rejects a match of the regex: {text[:80]!r}")
+        try:
+            value = json.loads(text)
+        except ValueError:
+            problems.append(f"sample is not JSON: {text[:80]!r}")
+            continue
+        if not validator.is_valid(value):
+            problems.append(f"sample does not validate: {text[:120]!r}")
+    for test in item.get("tests", []):
+        if test.get("valid") is False:
+            text = json.dumps(test["data"], ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+            if compiled.fullmatch(text) or (dfa is not None and dfa.matches(text.encode("utf-8"))):
+                problems.append(f"invalid instance accepted: {text[:120]!r}")
+    result["problems"] = problems
+    return result
+
+
+def run(items: list[dict], samples: int = 4) -> list[dict]:
+    return [check_item(item, samples) for item in items]
+
+
+def summarize(results: list[dict]) -> dict[str, dict]:
+    table: dict[str, dict] = defaultdict(lambda: {"total": 0, "compiled": 0, "dfa": 0, "refused": Counter()})
+    for r in results:
+        row = table[r["subset"]]
+        row["total"] += 1
+        row["dfa"] += bool(r.get("dfa"))
+        if r.get("compiled"):
+            row["compiled"] += 1
+        else:
+            row["refused"][r["refused"]] += 1
+    return dict(table)
+
+
+def format_table(table: dict[str, dict]) -> str:
+    # dfa: compiled schemas whose DFA also fits the default automaton budget.
+    lines = [f"{'subset':<18} {'total':>5} {'compiled':>8} {'dfa':>4}  top refusals"]
+    for subset in sorted(table):
+        row = table[subset]
+        top = ", ".join(f"{k}={v}" for k, v in row["refused"].most_common(5))
+        lines.append(f"{subset:<18} {row['total']:>5} {row['compiled']:>8} {row['dfa']:>4}  {top}")
+    total = sum(r["total"] for r in table.values())
+    compiled = sum(r["compiled"] for r in table.values())
+    dfa = sum(r["dfa"] for r in table.values())
+    lines.append(f"{'ALL':<18} {total:>5} {compiled:>8} {dfa:>4}")
+    return "\n".join(lines)
+
+
+def baseline_of(results: list[dict]) -> dict:
+    table = summarize(results)
+    return {
+        "compiled_per_subset": {s: table[s]["compiled"] for s in sorted(table)},
+        "compiled_ids": sorted(r["id"] for r in results if r.get("compiled")),
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--update", action="store_true", help="rewrite tests/data/json_conformance_baseline.json")
+    ap.add_argument("--samples", type=int, default=4)
+    ap.add_argument("--show-refusals", action="store_true")
+    args = ap.parse_args()
+    items = load_items()
+    if not items:
+        print(f"no bench data under {BENCH}")
+        return 1
+    start = time.time()
+    results = run(items, args.samples)
+    print(format_table(summarize(results)))
+    print(f"({time.time() - start:.1f} s)")
+    bad = [r for r in results if r.get("problems")]
+    for r in bad:
+        print(f"EXACTNESS {r['id']}: {r['problems'][:3]}")
+    if args.show_refusals:
+        for r in results:
+            if not r.get("compiled"):
+                print(f"refused {r['id']}: {r['message'][:200]}")
+    if args.update:
+        BASELINE.parent.mkdir(parents=True, exist_ok=True)
+        BASELINE.write_text(json.dumps(baseline_of(results), indent=1) + "\n")
+        print(f"wrote {BASELINE}")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,66 @@
+"""E2E fixtures: one real `vllm serve --guided-decoding-backend poot` per tiny model."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.server import REPO, Server, external_server, start_server
+
+pytestmark = pytest.mark.e2e
+
+
+def _models_dir() -> Path:
+    return Path(os.environ.get("POOT_MODELS_DIR", REPO / ".models"))
+
+
+def _server(request, name: str, kind: str, extra_args: tuple[str, ...] = ()) -> Server:
+    ext = external_server()
+    if ext is not None:
+        if name != "default":
+            pytest.skip(f"POOT_E2E_URL given: the {name} tiny-model tests need the tiny model")
+        yield ext
+        return
+    model = _models_dir() / name
+    if not (model / "config.json").exists():
+        pytest.fail(f"tiny model {model} missing: run scripts/make_tiny_models.py {_models_dir()}")
+    log_dir = Path(request.config.rootpath) / ".e2e-logs"
+    log_dir.mkdir(exist_ok=True)
+    server = start_server(model, log_dir, list(extra_args))
+    server.tokenizer_kind = kind
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def spm_server(request):
+    """Tiny Llama + SentencePiece tokenizer (the README's default model)."""
+    yield from _server(request, "tiny-llama-spm", "sentencepiece")
+
+
+@pytest.fixture(scope="session")
+def bpe_server(request):
+    """Tiny Qwen2 + byte-level BPE tokenizer, with hermes tool calling on."""
+    yield from _server(request, "tiny-qwen2-bpe", "byte_level",
+                       ("--enable-auto-tool-choice", "--tool-call-parser", "hermes"))
+
+
+@pytest.fixture(scope="session")
+def server(request):
+    """The default server: POOT_E2E_URL if given, else the tiny SentencePiece model."""
+    ext = external_server()
+    if ext is not None:
+        yield ext
+        return
+    yield request.getfixturevalue("spm_server")
+
+
+@pytest.fixture(scope="session")
+def client(server):
+    import openai
+
+    return openai.OpenAI(base_url=server.base_url, api_key="EMPTY", max_retries=0, timeout=120)

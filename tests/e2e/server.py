@@ -1,0 +1,102 @@
+"""Start (or find) a `vllm serve --guided-decoding-backend poot` for the e2e tests.
+
+One server per model per test session.  With ``POOT_E2E_URL`` set, the tests
+run against that already-running server instead (the GPU smoke test does
+this with a real model); tests that need a specific tiny model then skip.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class Server:
+    url: str  # http://127.0.0.1:PORT
+    model: str
+    process: subprocess.Popen | None = None
+    log_path: Path | None = None
+    tokenizer_kind: str = "unknown"  # "sentencepiece" | "byte_level" for tiny models
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def base_url(self) -> str:
+        return self.url + "/v1"
+
+    def healthy(self) -> bool:
+        try:
+            with urllib.request.urlopen(self.url + "/health", timeout=5) as r:
+                return r.status == 200
+        except OSError:
+            return False
+
+    def log_tail(self, n: int = 60) -> str:
+        if self.log_path is None or not self.log_path.exists():
+            return ""
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+
+    def stop(self) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        os.killpg(self.process.pid, signal.SIGTERM)
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(timeout=10)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(model_dir: Path, log_dir: Path, extra_args: list[str] = (), timeout: float = 240.0) -> Server:
+    port = _free_port()
+    log_path = log_dir / f"vllm-{model_dir.name}-{port}.log"
+    cmd = [
+        sys.executable, "-m", "poot_vllm.cli", "serve", str(model_dir),
+        "--guided-decoding-backend", "poot",
+        "--host", "127.0.0.1", "--port", str(port),
+        "--kv-cache-memory-bytes", "67108864",
+        "--max-model-len", "2048",
+        "--served-model-name", model_dir.name,
+        *extra_args,
+    ]
+    env = dict(os.environ, VLLM_HOST_IP="127.0.0.1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
+               VLLM_NO_USAGE_STATS="1", PYTHONUNBUFFERED="1")
+    log = open(log_path, "wb")
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO, start_new_session=True)
+    server = Server(url=f"http://127.0.0.1:{port}", model=model_dir.name, process=proc, log_path=log_path)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"vllm serve exited with {proc.returncode}:\n{server.log_tail()}")
+        if server.healthy():
+            return server
+        time.sleep(1.0)
+    server.stop()
+    raise RuntimeError(f"vllm serve not healthy after {timeout:.0f} s:\n{server.log_tail()}")
+
+
+def external_server() -> Server | None:
+    url = os.environ.get("POOT_E2E_URL")
+    if not url:
+        return None
+    url = url.rstrip("/").removesuffix("/v1")
+    import json
+
+    with urllib.request.urlopen(url + "/v1/models", timeout=10) as r:
+        model = json.load(r)["data"][0]["id"]
+    return Server(url=url, model=model)

@@ -1,0 +1,189 @@
+"""Each runtime hook against the real installed vLLM seam: a moved seam fails here."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+
+vllm = pytest.importorskip("vllm")
+
+from poot_vllm.hooks import HOOK_MODULES, all_hooks, apply_all, original  # noqa: E402
+
+
+@pytest.fixture(scope="module", autouse=True)
+def hooks_applied():
+    status = apply_all()
+    assert set(status) == set(HOOK_MODULES)
+    return status
+
+
+def test_entry_point_in_vllm_plugin_group():
+    from importlib.metadata import entry_points
+
+    from vllm.plugins import DEFAULT_PLUGINS_GROUP
+
+    eps = {e.name: e.value for e in entry_points(group=DEFAULT_PLUGINS_GROUP)}
+    assert eps.get("poot") == "poot_vllm.plugin:register"
+
+
+def test_register_is_idempotent():
+    from vllm.sampling_params import SamplingParams
+
+    from poot_vllm.plugin import register
+
+    before = SamplingParams._validate_structured_outputs
+    register()
+    register()
+    assert SamplingParams._validate_structured_outputs is before
+
+
+def test_every_hook_documents_itself():
+    for hook in all_hooks():
+        assert hook.what and hook.why and hook.versions and hook.until, hook
+
+
+def test_config_accepts_poot_and_still_rejects_unknown():
+    from vllm.config import StructuredOutputsConfig
+
+    assert StructuredOutputsConfig(backend="poot").backend == "poot"
+    with pytest.raises(Exception):
+        StructuredOutputsConfig(backend="no-such-backend")
+
+
+def _serve_parser():
+    from vllm.engine.arg_utils import AsyncEngineArgs
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    return AsyncEngineArgs.add_cli_args(FlexibleArgumentParser())
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--model", "m", "--guided-decoding-backend", "poot"],
+        ["--model", "m", "--structured-outputs-config.backend", "poot"],
+        ["--model", "m", "--structured-outputs-config", '{"backend": "poot"}'],
+        ["--model", "m", "--guided-decoding-backend", "poot", "--structured-outputs-config.backend", "poot"],
+    ],
+)
+def test_cli_forms_select_poot(argv):
+    from vllm.engine.arg_utils import EngineArgs
+
+    from poot_vllm.hooks.state import server_backend
+
+    args = _serve_parser().parse_args(argv)
+    assert args.structured_outputs_config.backend == "poot"
+    assert EngineArgs.from_cli_args(args).structured_outputs_config.backend == "poot"
+    assert server_backend() == "poot"
+
+
+def test_cli_conflicting_backends_is_an_error():
+    with pytest.raises(SystemExit):
+        _serve_parser().parse_args(
+            ["--model", "m", "--guided-decoding-backend", "poot", "--structured-outputs-config.backend", "xgrammar"]
+        )
+
+
+class _ModelConfig:
+    is_diffusion = False
+
+
+def _validate(params):
+    from vllm.config import StructuredOutputsConfig
+    from vllm.sampling_params import SamplingParams
+
+    sp = SamplingParams(structured_outputs=params)
+    sp._validate_structured_outputs(_ModelConfig(), StructuredOutputsConfig(backend="poot"), tokenizer=object())
+    return sp
+
+
+def test_sampling_validation_sets_backend_poot():
+    from vllm.sampling_params import StructuredOutputsParams
+
+    sp = _validate(StructuredOutputsParams(regex="[a-c]{2}"))
+    assert sp.structured_outputs._backend == "poot"
+
+
+@pytest.mark.parametrize(
+    "kwargs,needle",
+    [
+        ({"regex": "(a)\\1"}, "backreference"),
+        ({"regex": "a" * 5000}, "max_regex_bytes"),
+        ({"choice": []}, "non-empty"),
+        ({"structural_tag": '{"type": "structural_tag"}'}, "structural tags"),
+    ],
+)
+def test_sampling_validation_refuses_with_400_error(kwargs, needle):
+    from vllm.exceptions import VLLMValidationError
+    from vllm.sampling_params import StructuredOutputsParams
+
+    with pytest.raises(VLLMValidationError) as e:
+        _validate(StructuredOutputsParams(**kwargs))
+    assert needle in str(e.value)
+    assert e.value.parameter.startswith("structured_outputs")
+
+
+def test_sampling_validation_leaves_other_backends_alone():
+    from vllm.sampling_params import SamplingParams
+
+    fn = SamplingParams._validate_structured_outputs
+    assert original(fn) is not fn
+    assert list(inspect.signature(original(fn)).parameters) == [
+        "self", "model_config", "structured_outputs_config", "tokenizer"]
+
+
+def test_engine_manager_seams_exist_with_expected_shape():
+    from vllm.v1.structured_output import StructuredOutputManager
+
+    for name, params in (("grammar_init", ["self", "request"]), ("_create_grammar", ["self", "request"])):
+        fn = getattr(StructuredOutputManager, name)
+        assert original(fn) is not fn, name
+        assert list(inspect.signature(original(fn)).parameters) == params
+
+
+@pytest.fixture
+def poot_server(monkeypatch):
+    monkeypatch.setenv("POOT_SERVER_BACKEND", "poot")
+
+
+def _chat(**extra):
+    from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+
+    return ChatCompletionRequest(model="m", messages=[{"role": "user", "content": "hi"}], **extra)
+
+
+def test_request_guided_fields_precedence(poot_server):
+    so = _chat(guided_regex="a+", guided_json={"type": "integer"}).extract_structured_outputs()
+    assert so.regex == "a+" and so.json is None
+    so = _chat(guided_choice=["x"], guided_regex="a+").extract_structured_outputs()
+    assert so.choice == ["x"] and so.regex is None
+    so = _chat(guided_json={"type": "integer"},
+               response_format={"type": "json_object"}).extract_structured_outputs()
+    assert so.json is not None and not so.json_object
+
+
+def test_request_response_format_mapping(poot_server):
+    so = _chat(response_format={"type": "json_object"}).extract_structured_outputs()
+    assert so.json_object is True
+    assert _chat(response_format={"type": "text"}).extract_structured_outputs() is None
+
+
+def test_completion_request_guided_fields(poot_server):
+    from vllm.entrypoints.openai.completion.protocol import CompletionRequest
+
+    so = CompletionRequest(model="m", prompt="x", guided_choice=["a", "b"]).extract_structured_outputs()
+    assert so.choice == ["a", "b"]
+
+
+def test_request_refusal_names_the_field(poot_server):
+    from vllm.exceptions import VLLMValidationError
+
+    with pytest.raises(VLLMValidationError) as e:
+        _chat(guided_regex="(?<=a)b").extract_structured_outputs()
+    assert e.value.parameter == "guided_regex"
+
+
+def test_request_hook_inactive_for_other_backends(monkeypatch):
+    monkeypatch.setenv("POOT_SERVER_BACKEND", "xgrammar")
+    assert _chat(guided_regex="a+").extract_structured_outputs() is None

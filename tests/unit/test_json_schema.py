@@ -1,0 +1,473 @@
+"""JSON Schema -> regex: per-keyword accept/reject tables and property tests.
+
+Oracles: ``jsonschema`` (with its format checker) decides validity, ``json``
+parses, and the regex is matched with poot's DFA when ``compile_regex`` is
+available, else with Python's ``re.fullmatch`` (poot's regex semantics are
+defined to equal it).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import random
+import re
+import string
+import sys
+from pathlib import Path
+
+import jsonschema
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from poot_vllm.errors import ConstraintSyntaxError, LimitExceeded, PootError, UnsupportedConstruct
+from poot_vllm.json_schema import schema_to_regex
+from poot_vllm.limits import Limits
+
+_spec = importlib.util.spec_from_file_location("json_conformance", Path(__file__).resolve().parents[2] / "scripts" / "json_conformance.py")
+conformance = importlib.util.module_from_spec(_spec)
+sys.modules["json_conformance"] = conformance
+_spec.loader.exec_module(conformance)
+
+try:  # poot's own DFA builder
+    from poot_vllm.compile import compile_json_schema, regex_to_dfa
+except ImportError:  # pragma: no cover - only while the regex engine is missing
+    compile_json_schema = regex_to_dfa = None
+
+#: Tests check the language, not the automaton budget (the budget has its own tests).
+_BIG_BUDGET = Limits(max_automaton_bytes=64 << 20)
+
+
+def matcher(schema):
+    """A predicate text -> bool for the compiled schema (DFA if available, else re)."""
+    regex = schema_to_regex(schema)
+    rx = re.compile(regex)
+    if regex_to_dfa is not None:
+        dfa = regex_to_dfa(regex, _BIG_BUDGET)
+
+        def both(text: str) -> bool:
+            by_dfa = dfa.matches(text.encode("utf-8"))
+            assert by_dfa == (rx.fullmatch(text) is not None), f"poot's DFA and re disagree on {text!r}"
+            return by_dfa
+
+        return both
+    return lambda text: rx.fullmatch(text) is not None
+
+
+def is_valid(schema, text: str) -> bool:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return False
+    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    return cls(schema, format_checker=cls.FORMAT_CHECKER).is_valid(value)
+
+
+def check_table(schema, accept, reject):
+    m = matcher(schema)
+    for text in accept:
+        assert is_valid(schema, text), f"test bug: {text!r} is not valid"
+        assert m(text), f"{text!r} should be accepted"
+    for text in reject:
+        assert not m(text), f"{text!r} should be rejected"
+
+
+def samples_validate(schema, n=60, seed=1):
+    """Random strings of the regex all parse and validate (the core guarantee)."""
+    regex = schema_to_regex(schema)
+    rx = re.compile(regex)
+    rng = random.Random(seed)
+    for _ in range(n):
+        text = conformance.sample_regex(regex, rng)
+        assert rx.fullmatch(text), text
+        assert is_valid(schema, text), f"emitted invalid value {text!r}"
+
+
+# -- objects ---------------------------------------------------------------------------
+PERSON = {
+    "type": "object",
+    "properties": {"name": {"type": "string"}, "age": {"type": "integer"}, "class": {"type": "string"}},
+    "required": ["name", "age"],
+}
+
+
+def test_object_sorted_keys_required_and_optional():
+    check_table(
+        PERSON,
+        accept=['{"age":42,"class":"mage","name":"Bel"}', '{"age": 42, "name": "Bel"}', '{"age":1,"name":""}'],
+        reject=['{"name":"Bel","age":42}', '{"age":42}', '{"age":42,"name":"Bel","x":1}', '{"age":42,,"name":"B"}',
+                '{"age":42,"name":"Bel",}', '{ "age":42,"name":"Bel"}', '{"age":  42,"name":"Bel"}', '{"age":"42","name":"Bel"}'],
+    )
+    samples_validate(PERSON)
+
+
+def test_all_optional_keys_are_comma_correct():
+    schema = {"type": "object", "properties": {k: {"type": "boolean"} for k in "abcd"}}
+    m = matcher(schema)
+    import itertools
+    for r in range(5):
+        for keys in itertools.combinations("abcd", r):
+            text = "{" + ",".join(f'"{k}":true' for k in keys) + "}"
+            assert m(text), text
+    for bad in ['{,"a":true}', '{"a":true,}', '{"b":true"c":true}', '{"b":true,"a":true}']:
+        assert not m(bad), bad
+
+
+def test_first_key_window_narrowing():
+    from poot_vllm.json_schema.compiler import FIRST_KEY_WINDOW
+
+    keys = [f"k{i:02}" for i in range(FIRST_KEY_WINDOW + 4)]
+    m = matcher({"type": "object", "properties": {k: {"type": "null"} for k in keys}})
+    for mask in range(0, 1 << len(keys), 7):
+        sub = [k for i, k in enumerate(keys) if mask >> i & 1]
+        text = "{" + ",".join(f'"{k}":null' for k in sub) + "}"
+        # documented narrowing: the first key emitted is one of the first FIRST_KEY_WINDOW optional keys
+        assert m(text) == (not sub or keys.index(sub[0]) < FIRST_KEY_WINDOW), text
+
+
+def test_member_list_regex_is_linear_in_keys():
+    small = schema_to_regex({"type": "object", "properties": {f"k{i:03}": {"type": "null"} for i in range(20)}})
+    big = schema_to_regex({"type": "object", "properties": {f"k{i:03}": {"type": "null"} for i in range(200)}})
+    assert len(big) < 12 * len(small)
+
+
+def test_min_max_properties_narrow_exactly():
+    schema = {"type": "object", "properties": {k: {"type": "integer"} for k in "abc"}, "minProperties": 2, "maxProperties": 2}
+    samples_validate(schema)
+    check_table(schema, accept=['{"a":1,"b":2}'], reject=['{"a":1}', '{"a":1,"b":2,"c":3}'])
+
+
+def test_free_form_object_and_additional_properties_map():
+    check_table({"type": "object"}, accept=['{}', '{"x":[1,"y",null]}', '{"a": "b", "c": 1.5}'],
+                reject=['[]', '{"a"}', '{"x":[1,{"y":null}]}'])  # the last is deeper than FREE_FORM_DEPTH
+    check_table({"type": "object", "additionalProperties": {"type": "integer"}},
+                accept=['{}', '{"a":1,"b": -2}'], reject=['{"a":"x"}', '{"a":1.5}'])
+    check_table({"type": "object", "additionalProperties": False}, accept=['{}'], reject=['{"a":1}'])
+    samples_validate({"type": "object", "additionalProperties": {"type": "string", "maxLength": 3}})
+
+
+# -- arrays ------------------------------------------------------------------------------
+def test_arrays():
+    check_table({"type": "array", "items": {"type": "integer"}, "minItems": 1, "maxItems": 3},
+                accept=['[1]', '[1,2]', '[1, 2, 3]'], reject=['[]', '[1,2,3,4]', '[1,]', '["a"]'])
+    check_table({"type": "array", "prefixItems": [{"type": "string"}, {"type": "integer"}], "items": False},
+                accept=['["a",1]'], reject=['["a"]', '["a",1,2]', '[1,"a"]'])
+    check_table({"type": "array", "items": {"type": "array", "items": {"type": "boolean"}}},
+                accept=['[]', '[[],[true,false]]'], reject=['[[1]]'])
+    samples_validate({"type": "array", "prefixItems": [{"type": "null"}], "items": {"type": "number"}, "minItems": 3, "maxItems": 5})
+    samples_validate({"type": "array"})
+
+
+# -- strings --------------------------------------------------------------------------------
+def test_string_escapes_and_controls():
+    check_table({"type": "string"},
+                accept=['""', '"a b"', r'"\"\\\/\b\f\n\r\t"', r'"\u00e9\u0001"', '"é😀"'],
+                # surrogate escapes are never emitted (astral characters are written raw)
+                reject=['"\n"', '"\x01"', '"\\x"', '"\\ud800"', r'"\ud83d\ude00"', '"a', '"\\"'])
+
+
+def test_length_counts_characters_and_escapes_as_one():
+    check_table({"type": "string", "minLength": 2, "maxLength": 3},
+                accept=['"ab"', '"abc"', r'"\n\t"', r'"\u00e9x"', '"😀é"'],
+                reject=['"a"', '"abcd"', r'"\n\t\r\b"'])
+    samples_validate({"type": "string", "minLength": 1, "maxLength": 4}, n=100)
+
+
+@pytest.mark.parametrize(
+    "pattern,accept,reject",
+    [
+        ("^[a-z]+$", ['"abc"'], ['""', '"aB"']),
+        ("abc", ['"abc"', '"xxabcxx"', r'"\nabc"'], ['"ab"']),
+        ('^a"b$', [r'"a\"b"'], ['"ab"']),
+        (r"^\d{3}-\d{4}$", ['"555-1234"'], ['"5555-1234"']),
+        (r"^x\n$", [r'"x\n"'], ['"x"']),
+        ("^([^,]|$)", ['""', '"a,"'], ['","', '",a"']),
+        ("(^a|b$)", ['"a"', '"axx"', '"xxb"'], ['"xa"', '"bx"']),
+        (r"^\\$", [r'"\\"'], ['""']),
+    ],
+)
+def test_pattern_is_search_over_decoded_content(pattern, accept, reject):
+    schema = {"type": "string", "pattern": pattern}
+    check_table(schema, accept, reject)
+    samples_validate(schema, n=30)
+
+
+@pytest.mark.parametrize("pattern", [r"(?=a)", r"(a)\1", r"\bword", "(?i)abc", "a*+", "a(^b)*"])
+def test_unsupported_patterns_are_refused_with_pointer(pattern):
+    with pytest.raises(UnsupportedConstruct, match=r"'pattern' at /properties/p/pattern"):
+        schema_to_regex({"type": "object", "properties": {"p": {"type": "string", "pattern": pattern}}})
+
+
+def test_pattern_with_lengths():
+    check_table({"type": "string", "pattern": "^[0-9]{5}$", "maxLength": 5}, ['"12345"'], ['"1234"'])
+    with pytest.raises(UnsupportedConstruct, match="'maxLength'"):
+        schema_to_regex({"type": "string", "pattern": "^[0-9]+$", "maxLength": 5})
+
+
+@pytest.mark.parametrize(
+    "fmt,accept,reject",
+    [
+        ("date", ['"2024-02-29"', '"2000-02-29"', '"1999-12-31"'], ['"2023-02-29"', '"1900-02-29"', '"2024-13-01"', '"0000-01-01"', '"2024-04-31"']),
+        ("time", ['"23:59:59Z"', '"00:00:00.123+05:30"'], ['"24:00:00Z"', '"12:00:00"']),
+        ("date-time", ['"2024-01-31T12:00:00Z"'], ['"2024-01-31 12:00:00Z"']),
+        ("uuid", ['"123e4567-e89b-12d3-a456-426614174000"'], ['"123e4567e89b12d3a456426614174000"']),
+        ("email", ['"a.b+c@example.co"'], ['"a@b"', '"@example.com"', '"a..b@example.com"']),
+        ("ipv4", ['"192.168.0.1"', '"0.0.0.0"'], ['"256.1.1.1"', '"01.1.1.1"', '"1.1.1"']),
+        ("uri", ['"https://example.com/a?b=c#d"'], ['"example.com"']),
+    ],
+)
+def test_formats(fmt, accept, reject):
+    schema = {"type": "string", "format": fmt}
+    check_table(schema, accept, reject)
+    samples_validate(schema, n=40)
+
+
+def test_dates_agree_with_python_for_every_day():
+    import datetime
+    rx = re.compile(schema_to_regex({"type": "string", "format": "date"}))
+    for year in (1900, 1996, 2000, 2023, 2024):
+        for month in range(1, 13):
+            for day in range(1, 33):
+                text = f"{year:04}-{month:02}-{day:02}"
+                try:
+                    datetime.date(year, month, day)
+                    ok = True
+                except ValueError:
+                    ok = False
+                assert bool(rx.fullmatch(json.dumps(text))) == ok, text
+
+
+# -- numbers -----------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"type": "integer", "minimum": -7, "maximum": 12},
+        {"type": "integer", "exclusiveMinimum": 1.5, "exclusiveMaximum": 9},
+        {"type": "integer", "minimum": 1.5, "maximum": 9.9},
+        {"type": "integer", "minimum": 3},
+        {"type": "integer", "maximum": -3},
+        {"$schema": "http://json-schema.org/draft-04/schema#", "type": "integer", "minimum": 0, "exclusiveMinimum": True, "maximum": 5, "exclusiveMaximum": True},
+    ],
+)
+def test_integer_bounds_exhaustive(schema):
+    m = matcher(schema)
+    for n in range(-40, 41):
+        assert m(str(n)) == is_valid(schema, str(n)), (schema, n)
+    assert not m("-0") and not m("1.0") and not m("01")
+
+
+def test_integer_huge_bounds():
+    schema = {"type": "integer", "minimum": -(2**80), "maximum": 2**70}
+    m = matcher(schema)
+    for n in (-(2**80), -(2**80) - 1, 2**70, 2**70 + 1, 0, 2**64, -(2**64)):
+        assert m(str(n)) == is_valid(schema, str(n)), n
+
+
+def test_draft4_boolean_exclusive_needs_draft4():
+    with pytest.raises(UnsupportedConstruct, match="'exclusiveMinimum' at /exclusiveMinimum"):
+        schema_to_regex({"type": "integer", "minimum": 0, "exclusiveMinimum": True})
+
+
+def test_numbers():
+    check_table({"type": "number"}, ['0', '-1.5e10', '3.25', '1E+2'], ['01', '1.', '.5', '+1', 'NaN', '-'])
+    schema = {"type": "number", "minimum": -2, "maximum": 3}
+    check_table(schema, ['-2', '-1.999', '3', '3.000', '0', '0.5'], ['-2.001', '3.001', '4', '-0'])
+    samples_validate(schema, n=100)
+    samples_validate({"type": "number", "exclusiveMinimum": 0}, n=100)
+    with pytest.raises(UnsupportedConstruct, match="'multipleOf'"):
+        schema_to_regex({"type": "number", "multipleOf": 2})
+    with pytest.raises(UnsupportedConstruct, match="'minimum'"):
+        schema_to_regex({"type": "number", "minimum": 0.5})
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.floats(-1e6, 1e6, allow_nan=False))
+def test_number_bounds_property(x):
+    schema = {"type": "number", "minimum": -100, "maximum": 1000}
+    text = json.dumps(x)
+    if "e" not in text and matcher_cache(schema)(text):
+        assert is_valid(schema, text)
+    if -100 <= x <= 1000 and "e" not in text and text != "-0.0":
+        assert matcher_cache(schema)(text), text
+
+
+_cache: dict = {}
+
+
+def matcher_cache(schema):
+    key = json.dumps(schema, sort_keys=True)
+    if key not in _cache:
+        _cache[key] = matcher(schema)
+    return _cache[key]
+
+
+# -- enum / const / combinators ------------------------------------------------------------------
+def test_enum_and_const():
+    check_table({"enum": ["a", 1, None, {"b": [1, 2], "a": "x\n"}]},
+                ['"a"', '1', 'null', '{"a":"x\\n","b":[1,2]}', '{"a": "x\\n", "b": [1, 2]}'],
+                ['"b"', '2', '{"b":[1,2],"a":"x\\n"}'])
+    check_table({"const": "é\"q"}, ['"é\\"q"'], ['"e"'])
+    check_table({"type": "string", "enum": ["a", 1]}, ['"a"'], ['1'])
+    check_table({"enum": ["ab", "abc"], "maxLength": 2}, ['"ab"'], ['"abc"'])
+
+
+def test_type_arrays_and_anyof():
+    check_table({"type": ["string", "null"]}, ['"x"', 'null'], ['1'])
+    check_table({"anyOf": [{"type": "integer"}, {"type": "string", "maxLength": 1}]}, ['1', '"a"'], ['"ab"', '1.5'])
+
+
+def test_oneof_needs_disjoint_branches():
+    schema = {"oneOf": [{"type": "object", "properties": {"kind": {"const": "a"}, "x": {"type": "integer"}}, "required": ["kind"]},
+                        {"type": "object", "properties": {"kind": {"const": "b"}}, "required": ["kind"]}]}
+    check_table(schema, ['{"kind":"a","x":1}', '{"kind":"b"}'], ['{"kind":"c"}'])
+    samples_validate(schema)
+    with pytest.raises(UnsupportedConstruct, match="'oneOf' at /oneOf"):
+        schema_to_regex({"oneOf": [{"type": "integer"}, {"type": "number"}]})
+
+
+def test_allof_merges_and_refs():
+    schema = {
+        "$defs": {"Base": {"type": "object", "properties": {"id": {"type": "integer"}}, "required": ["id"]},
+                  "a/b~c": {"type": "string", "maxLength": 2}},
+        "allOf": [{"$ref": "#/$defs/Base"}, {"properties": {"tag": {"$ref": "#/$defs/a~1b~0c"}}, "required": ["tag"]}],
+    }
+    check_table(schema, ['{"id":1,"tag":"ab"}'], ['{"id":1}', '{"id":1,"tag":"abc"}'])
+    samples_validate(schema)
+    check_table({"definitions": {"x y": {"type": "null"}}, "$ref": "#/definitions/x%20y"}, ['null'], ['1'])
+    closed = {"allOf": [{"properties": {"a": {"type": "integer"}}, "additionalProperties": False},
+                        {"properties": {"b": {"type": "integer"}}, "required": ["b"]}]}
+    with pytest.raises(UnsupportedConstruct):
+        schema_to_regex(closed)  # b is required by one branch and forbidden by the other
+
+
+def test_recursive_and_external_refs_refused():
+    with pytest.raises(UnsupportedConstruct, match=r"'\$ref' at /properties/next/\$ref: recursive"):
+        schema_to_regex({"type": "object", "properties": {"next": {"$ref": "#"}}})
+    with pytest.raises(UnsupportedConstruct, match=r"'\$ref'"):
+        schema_to_regex({"$ref": "other.json#/x"})
+
+
+def test_free_form_any_value_is_bounded_depth_not_empty_object():
+    m = matcher(True)
+    for text in ('{"a":[1,"x"]}', '{"a":{"b":null}}', '"s"', '[[1]]', '-1.5', 'true'):
+        assert m(text), text
+    assert not m('[[[1]]]')  # deeper than FREE_FORM_DEPTH
+    samples_validate({}, n=40)
+    with pytest.raises(UnsupportedConstruct, match="'<false>'"):
+        schema_to_regex(False)
+
+
+def test_untyped_properties_narrow_to_object():
+    check_table({"properties": {"a": {"type": "integer"}}, "required": ["a"]}, ['{"a":1}'], ['"x"', '1'])
+
+
+# -- refusals and errors --------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "schema,pointer",
+    [
+        ({"type": "object", "properties": {"tags": {"type": "array", "items": {"type": "array", "uniqueItems": True}}}}, "/properties/tags/items/uniqueItems"),
+        ({"not": {"type": "null"}}, "/not"),
+        ({"if": {}, "then": {}}, "/then"),
+        ({"type": "object", "patternProperties": {"^a": {}}}, "/patternProperties"),
+        ({"type": "integer", "multipleOf": 3}, "/multipleOf"),
+        ({"type": "array", "contains": {}}, "/contains"),
+        ({"type": "string", "format": "ipv6"}, "/format"),
+        ({"type": "object", "dependentRequired": {"a": ["b"]}}, "/dependentRequired"),
+        ({"type": "object", "propertyNames": {"maxLength": 3}}, "/propertyNames"),
+    ],
+)
+def test_refusals_name_keyword_and_pointer(schema, pointer):
+    keyword = pointer.rsplit("/", 1)[1]
+    with pytest.raises(UnsupportedConstruct, match=re.escape(f"unsupported keyword '{keyword}' at {pointer}")):
+        schema_to_regex(schema)
+
+
+def test_wrong_typed_keyword_values():
+    with pytest.raises(PootError, match=r"'minimum' at /properties/n/minimum"):
+        schema_to_regex({"type": "object", "properties": {"n": {"type": "integer", "minimum": "5"}}})
+    with pytest.raises(PootError, match="'type'"):
+        schema_to_regex({"type": "strin"})
+    with pytest.raises(PootError, match="'maxLength'"):
+        schema_to_regex({"type": "string", "maxLength": -1})
+
+
+@pytest.mark.skipif(compile_json_schema is None, reason="poot regex engine not present")
+def test_compile_json_schema_skips_the_user_regex_limit():
+    schema = {"type": "object", "properties": {f"k{i}": {"type": "string", "format": "date"} for i in range(12)}}
+    assert len(schema_to_regex(schema)) > Limits().max_regex_bytes
+    dfa = compile_json_schema(schema, _BIG_BUDGET)
+    assert dfa.matches(b'{"k0":"2024-02-29"}') and not dfa.matches(b'{"k0":"2023-02-29"}')
+
+
+def test_annotations_and_unknown_keywords_are_ignored():
+    base = schema_to_regex({"type": "string"})
+    assert schema_to_regex({"type": "string", "title": "t", "description": "d", "examples": ["x"], "default": "y",
+                            "$comment": "c", "deprecated": True, "x-vendor": 1, "strip": True}) == base
+
+
+def test_text_input_limits_and_syntax():
+    assert schema_to_regex('{"type": "null"}') == "null"
+    with pytest.raises(ConstraintSyntaxError):
+        schema_to_regex("{not json")
+    with pytest.raises(ConstraintSyntaxError):
+        schema_to_regex('{"enum": [NaN]}')
+    with pytest.raises(LimitExceeded, match="max_schema_bytes"):
+        schema_to_regex(" " * 20000 + "{}")
+    with pytest.raises(PootError):
+        schema_to_regex("[" * 5000 + "]" * 5000)
+
+
+def test_regex_size_limit_is_checked_while_building():
+    # Each level references the previous one 4 times: 4**12 copies if built naively.
+    defs = {"d0": {"type": "string", "format": "date-time"}}
+    for i in range(1, 13):
+        defs[f"d{i}"] = {"type": "object", "properties": {k: {"$ref": f"#/$defs/d{i-1}"} for k in "abcd"}}
+    with pytest.raises(LimitExceeded, match="max_schema_regex_bytes"):
+        schema_to_regex({"$defs": defs, "$ref": "#/$defs/d12"})
+    with pytest.raises(LimitExceeded, match="max_schema_regex_bytes"):
+        schema_to_regex({"type": "string", "format": "email"}, Limits(max_schema_regex_bytes=50))
+
+
+# -- property tests: (b) generated valid instances are accepted ---------------------------------------
+_text = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=8)
+_person = st.fixed_dictionaries({"name": _text, "age": st.integers(-(2**70), 2**70)}, optional={"class": _text})
+
+
+@settings(max_examples=200, deadline=None)
+@given(_person)
+def test_generated_valid_objects_are_accepted(value):
+    text = json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+    assert is_valid(PERSON, text)
+    assert matcher_cache(PERSON)(text)
+
+
+_NESTED = {"type": "object", "properties": {"tags": {"type": "array", "items": {"type": "string", "maxLength": 5}, "maxItems": 4},
+                                             "score": {"type": "integer", "minimum": -50, "maximum": 50},
+                                             "kind": {"enum": ["x", "y"]}, "ok": {"type": ["boolean", "null"]}},
+           "required": ["kind"]}
+_nested_values = st.fixed_dictionaries(
+    {"kind": st.sampled_from(["x", "y"])},
+    optional={"tags": st.lists(st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=5), max_size=4),
+              "score": st.integers(-50, 50), "ok": st.one_of(st.booleans(), st.none())},
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(_nested_values, st.randoms(use_true_random=False))
+def test_nested_roundtrip_both_directions(value, rnd):
+    text = json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+    assert matcher_cache(_NESTED)(text), text
+    sample = conformance.sample_regex(schema_to_regex(_NESTED), rnd)
+    assert is_valid(_NESTED, sample), sample
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.text(alphabet=string.ascii_letters + string.digits + "-_.,\"\\\n é", max_size=12))
+def test_pattern_agrees_with_re_search_on_decoded_strings(content):
+    # Whenever poot accepts the canonical spelling, Python's re.search agrees.
+    for pattern in (r"^[A-Za-z_][A-Za-z0-9_]*$", r"\d+", r"^a.c", r"[^,]$", r"^(foo|bar)?-?\d{1,3}$"):
+        schema = {"type": "string", "pattern": pattern}
+        accepted = matcher_cache(schema)(json.dumps(content, ensure_ascii=False))
+        if accepted:
+            assert re.search(pattern, content), (pattern, content)

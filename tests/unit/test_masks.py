@@ -1,0 +1,227 @@
+"""Token trie and per-state masks against brute-force oracles."""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from mask_helpers import (
+    allowed_set,
+    brute_min_tokens,
+    chain_dfa,
+    dfa_from_regex,
+    load_byte_level_vocab,
+    make_vocab,
+    random_dfa,
+    random_vocab,
+    walk,
+)
+from poot_vllm.errors import PootError
+from poot_vllm.masks import UNREACHABLE, DFAMaskIndex, warm_up
+from poot_vllm.token_trie import TokenTrie
+
+ALPHABET = b"abc"
+LLAMA3 = Path("/work/shared/bench-data/vocab/llama3-bpe-128k/tokenizer.json")
+
+FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def trie_tokens(trie: TokenTrie) -> dict[int, bytes]:
+    """Read every token back out of the flat trie, checking subtree bounds on the way."""
+    out = {int(t): b"" for t in trie.tok_ids[trie.tok_offsets[0]:trie.tok_offsets[1]]}
+    path: list[int] = []
+    for i in range(1, trie.n_nodes):
+        d = int(trie.node_depth[i])
+        path = path[: d - 1] + [int(trie.node_byte[i])]
+        end = int(trie.node_end[i])
+        assert all(trie.node_depth[k] > d for k in range(i + 1, end))
+        assert end == trie.n_nodes or trie.node_depth[end] <= d
+        for k in range(trie.tok_offsets[i], trie.tok_offsets[i + 1]):
+            out[int(trie.tok_ids[k])] = bytes(path)
+    return out
+
+
+@FAST
+@given(st.lists(st.one_of(st.none(), st.binary(max_size=24)), max_size=80))
+def test_trie_holds_exactly_the_tokens_with_bytes(tokens):
+    size = len(tokens) + 7
+    trie = TokenTrie.build(make_vocab(tokens, set(), size, kind="raw"))
+    assert trie_tokens(trie) == {i: b for i, b in enumerate(tokens) if b is not None}
+    assert trie.size == size and trie.words == (size + 31) // 32
+
+
+def test_trie_is_cached_per_token_bytes_and_read_only():
+    toks = (b"ab", b"a", None, b"b")
+    v1 = make_vocab(toks, {2}, 4)
+    v2 = make_vocab(v1.token_bytes, {3}, 4)  # same strings, other stop ids
+    trie = TokenTrie.build(v1)
+    assert TokenTrie.build(v2) is trie
+    with pytest.raises(ValueError):
+        trie.node_end[0] = 0
+
+
+# ------------------------------------------------------------------ oracles
+
+def oracle_masks(dfa, vocab) -> tuple[list[set[int]], list[float]]:
+    """Allowed ids per state: a text token whose bytes never die and whose end
+    state can still finish (brute force); stop ids iff accepting."""
+    dist = brute_min_tokens(dfa, vocab)
+    masks = []
+    for s in range(dfa.transitions.shape[0]):
+        allowed = {t for t in vocab.stop_ids if dfa.accepting[s]}
+        for t, b in enumerate(vocab.token_bytes):
+            if b is None or t in vocab.stop_ids:
+                continue
+            e = walk(dfa, s, b)
+            if e >= 0 and dist[e] < math.inf:
+                allowed.add(t)
+        masks.append(allowed)
+    return masks, dist
+
+
+def check_index(dfa, vocab) -> DFAMaskIndex:
+    index = DFAMaskIndex.build(dfa, vocab)
+    expected, dist = oracle_masks(dfa, vocab)
+    n_bits = index.words * 32
+    for s, allowed in enumerate(expected):
+        assert allowed_set(index.row(s), n_bits) == allowed, f"state {s}"
+    got_dist = [math.inf if d >= UNREACHABLE else int(d) for d in index.min_tokens_to_accept]
+    assert got_dist == dist
+    # Identical rows are stored once.
+    assert index.n_unique_rows == len({frozenset(a) for a in expected})
+    assert index.nbytes >= index.n_unique_rows * index.words * 4
+    return index
+
+
+def random_case(seed: int, all_singles: bool):
+    rng = random.Random(seed)
+    dfa = random_dfa(rng, ALPHABET, rng.randint(1, 7))
+    vocab = random_vocab(rng, ALPHABET, rng.randint(1, 25), n_stop=rng.choice([0, 1, 2]),
+                         extra_size=rng.randint(0, 40), all_singles=all_singles)
+    return dfa, vocab
+
+
+@FAST
+@given(st.integers(0, 2**32))
+def test_masks_match_walk_oracle_when_every_byte_is_a_token(seed):
+    dfa, vocab = random_case(seed, all_singles=True)
+    index = check_index(dfa, vocab)
+    # With single-byte tokens every state can finish, so the mask is exactly
+    # "walking the bytes never dies" (+ stop ids iff accepting).
+    for s in range(index.n_states):
+        plain = {t for t, b in enumerate(vocab.token_bytes)
+                 if b is not None and t not in vocab.stop_ids and walk(dfa, s, b) >= 0}
+        plain |= set(vocab.stop_ids) if dfa.accepting[s] else set()
+        assert allowed_set(index.row(s), index.words * 32) == plain
+
+
+@FAST
+@given(st.integers(0, 2**32))
+def test_masks_exclude_tokens_into_states_the_vocabulary_cannot_finish(seed):
+    dfa, vocab = random_case(seed, all_singles=False)
+    try:
+        check_index(dfa, vocab)
+    except PootError:
+        # Refused exactly when no token sequence finishes from the start.
+        assert brute_min_tokens(dfa, vocab)[dfa.start] == math.inf
+
+
+@pytest.mark.parametrize("pattern", [
+    "(ab|c)*a?", "a{2,5}b?c", "(a|b)*c(a|b)*", "abc|acb|b+", "(aa|bb)*(c|)",
+])
+def test_masks_of_regex_dfas(pattern):
+    dfa = dfa_from_regex(pattern, "abc")
+    for seed in range(3):
+        rng = random.Random(seed)
+        check_index(dfa, random_vocab(rng, ALPHABET, 30, extra_size=rng.randint(0, 40)))
+
+
+def test_unfinishable_constraint_is_refused():
+    dfa = dfa_from_regex("ab", "ab")
+    vocab = make_vocab([b"a", b"bb", None], {2}, 3)  # nothing spells "b" after "a"
+    with pytest.raises(PootError, match="tokens"):
+        DFAMaskIndex.build(dfa, vocab)
+
+
+@FAST
+@given(st.integers(0, 2**32))
+def test_restricted_mask_keeps_exactly_the_tokens_that_finish_in_budget(seed):
+    dfa, vocab = random_case(seed, all_singles=seed % 2 == 0)
+    try:
+        index = DFAMaskIndex.build(dfa, vocab)
+    except PootError:
+        return
+    dist = brute_min_tokens(dfa, vocab)
+    finite = [d for d in dist if d < math.inf]
+    row = np.zeros(index.words, dtype=np.int32)
+    for s in range(index.n_states):
+        plain = allowed_set(index.row(s), index.words * 32)
+        for budget in range(0, int(max(finite)) + 3):
+            index.restricted_mask(s, budget, row)
+            got = allowed_set(row, index.words * 32)
+            want = {t for t in plain if t in vocab.stop_ids and budget >= 1}
+            want |= {t for t in plain if t not in vocab.stop_ids
+                     and dist[walk(dfa, s, vocab.token_bytes[t])] <= budget - 1}
+            assert got == want, (s, budget)
+            if budget >= index.plain_row_budget[s]:
+                assert got == plain  # the matcher relies on this to skip the walk
+
+
+def test_index_is_read_only():
+    dfa, vocab = random_case(7, all_singles=True)
+    index = DFAMaskIndex.build(dfa, vocab)
+    for a in (index.rows, index.row_of_state, index.min_tokens_to_accept, index.plain_row_budget):
+        with pytest.raises(ValueError):
+            a[...] = 0
+
+
+# -------------------------------------------------------------------- speed
+
+def speed_report(name: str, dfa, vocab) -> DFAMaskIndex:
+    trie_t0 = time.perf_counter()
+    TokenTrie.build(vocab)
+    trie_s = time.perf_counter() - trie_t0
+    index = DFAMaskIndex.build(dfa, vocab)
+    print(f"\n{name}: {index.n_states} states, {vocab.size} tokens: trie {trie_s * 1e3:.0f} ms (cached after), "
+          f"masks {index.build_seconds * 1e3:.1f} ms = {index.build_seconds / index.n_states * 1e3:.2f} ms/state, "
+          f"{index.n_unique_rows} unique rows, {index.nbytes / 1024:.0f} KiB")
+    return index
+
+
+JSON_ISH = r'\{"name": "[^"\\]{1,40}", "age": [0-9]{1,3}, "tags": \[("[a-z]{1,10}"(, "[a-z]{1,10}"){0,4})?\]\}'
+
+
+def speed_dfas():
+    """(name, DFA) pairs: the project's compile_regex if present, else chain DFAs."""
+    try:
+        from poot_vllm.compile import compile_regex
+    except ImportError:
+        text = bytes(b for b in range(0x20, 0x7F) if b not in b'"\\')
+        lit = lambda s: [(bytes([c]), 1, 1) for c in s.encode()]  # noqa: E731
+        return [("[a-z ]{0,40} (chain)", chain_dfa([(b"abcdefghijklmnopqrstuvwxyz ", 0, 40)])),
+                ("json-ish (chain)", chain_dfa(lit('{"name": "') + [(text, 1, 40)] + lit('", "age": ')
+                                               + [(b"0123456789", 1, 3)] + lit("}")))]
+    return [("[a-z ]{0,40}", compile_regex("[a-z ]{0,40}")), (JSON_ISH, compile_regex(JSON_ISH))]
+
+
+@pytest.mark.skipif(not LLAMA3.exists(), reason="bench vocabulary not present")
+def test_speed_on_llama3_vocabulary():
+    """Not an assertion on time: prints build cost (see the report)."""
+    t0 = time.perf_counter()
+    warm_up()
+    print(f"\nnumba warm-up (cache load or compile): {(time.perf_counter() - t0) * 1e3:.0f} ms")
+    vocab = load_byte_level_vocab(LLAMA3)
+    for name, dfa in speed_dfas():
+        index = speed_report(name, dfa, vocab)
+        # Behaviour, not time: every opening token is a prefix of some reply.
+        opening = allowed_set(index.row(dfa.start), vocab.size)
+        assert opening
+        if name.startswith("\\{"):
+            assert all(vocab.token_bytes[t].startswith(b"{") for t in opening)
