@@ -25,7 +25,12 @@ def record_server_backend(name: str | None) -> None:
 
 
 def server_backend() -> str | None:
-    return os.environ.get("POOT_SERVER_BACKEND") or _server_backend
+    if found := os.environ.get("POOT_SERVER_BACKEND") or _server_backend:
+        return found
+    # A vLLM with patches/0002 records its backend itself (API server).
+    from poot_vllm.native import server_backend as native_server_backend
+
+    return native_server_backend()
 
 
 def poot_is_server_backend() -> bool:

@@ -1,0 +1,143 @@
+"""guided_json and response_format json_schema in a real vllm serve (issue: JSON Schema).
+
+Schemas keep strings and arrays bounded (maxLength, enums, maxItems) so that a
+random model finishes well inside max_tokens; every reply must parse and
+validate against the schema.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Literal
+
+import jsonschema
+import pytest
+from pydantic import BaseModel, Field
+
+CHARACTER = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "maxLength": 8},
+        "age": {"type": "integer", "minimum": 1, "maximum": 120},
+        "class": {"enum": ["mage", "rogue", "knight"]},
+    },
+    "required": ["name", "age", "class"],
+}
+
+
+class Stats(BaseModel):
+    strength: int = Field(ge=0, le=20)
+    lucky: bool
+
+
+class Item(BaseModel):
+    kind: Literal["sword", "shield", "potion"]
+    weight: int = Field(ge=0, le=99)
+
+
+class Hero(BaseModel):
+    name: str = Field(max_length=6)
+    stats: Stats
+    items: list[Item] = Field(max_length=2)
+
+
+def _check(text: str, schema: dict) -> dict:
+    value = json.loads(text)
+    jsonschema.validate(value, schema)
+    return value
+
+
+def test_guided_json_character_n4(client, server):
+    r = client.chat.completions.create(
+        model=server.model, messages=[{"role": "user", "content": "A character"}], max_tokens=120, n=4,
+        extra_body={"guided_json": CHARACTER},
+    )
+    for c in r.choices:
+        assert c.finish_reason == "stop", c
+        value = _check(c.message.content, CHARACTER)
+        # keys come in sorted order, only listed keys
+        assert list(value) == sorted(value) == ["age", "class", "name"]
+
+
+def test_response_format_json_schema_completions_and_chat(client, server):
+    rf = {"type": "json_schema", "json_schema": {"name": "character", "strict": True, "schema": CHARACTER}}
+    r = client.completions.create(model=server.model, prompt="JSON:", max_tokens=120, n=2,
+                                  extra_body={"response_format": rf})
+    for c in r.choices:
+        _check(c.text, CHARACTER)
+    r = client.chat.completions.create(model=server.model, messages=[{"role": "user", "content": "x"}],
+                                       max_tokens=120, response_format=rf)
+    _check(r.choices[0].message.content, CHARACTER)
+
+
+def test_pydantic_model_with_defs(client, server):
+    schema = Hero.model_json_schema()
+    assert "$defs" in schema
+    r = client.chat.completions.create(
+        model=server.model, messages=[{"role": "user", "content": "hero"}], max_tokens=200, n=2,
+        response_format={"type": "json_schema", "json_schema": {"name": "Hero", "schema": schema}},
+    )
+    for c in r.choices:
+        assert c.finish_reason == "stop"
+        Hero.model_validate_json(c.message.content)
+        _check(c.message.content, schema)
+
+
+def test_openai_sdk_parse(client, server):
+    """The OpenAI SDK's .parse(response_format=Model) sends a strict schema."""
+    completion = client.beta.chat.completions.parse(
+        model=server.model, messages=[{"role": "user", "content": "stats"}], max_tokens=100,
+        response_format=Stats,
+    )
+    parsed = completion.choices[0].message.parsed
+    assert isinstance(parsed, Stats)
+    assert 0 <= parsed.strength <= 20
+
+
+def test_streaming_guided_json(client, server):
+    stream = client.chat.completions.create(
+        model=server.model, messages=[{"role": "user", "content": "A character"}], max_tokens=120, stream=True,
+        extra_body={"guided_json": CHARACTER},
+    )
+    text = "".join(ch.choices[0].delta.content or "" for ch in stream if ch.choices)
+    _check(text, CHARACTER)
+
+
+def test_guided_json_wins_over_response_format(client, server):
+    r = client.chat.completions.create(
+        model=server.model, messages=[{"role": "user", "content": "x"}], max_tokens=60,
+        response_format={"type": "json_object"},
+        extra_body={"guided_json": {"type": "integer", "minimum": 10, "maximum": 99}},
+    )
+    assert 10 <= json.loads(r.choices[0].message.content) <= 99
+
+
+def test_response_format_text_is_unconstrained(client, server):
+    r = client.chat.completions.create(
+        model=server.model, messages=[{"role": "user", "content": "x"}], max_tokens=20,
+        response_format={"type": "text"},
+    )
+    assert r.choices[0].finish_reason in ("length", "stop")
+
+
+@pytest.mark.parametrize(
+    "schema,needle",
+    [
+        ({"type": "array", "items": {"type": "integer"}, "uniqueItems": True}, "/uniqueItems"),
+        ({"type": "object", "properties": {"tags": {"type": "array", "items": {"type": "string", "not": {"const": "x"}}}}},
+         "/properties/tags/items/not"),
+        ({"$ref": "https://example.com/schema.json"}, "$ref"),
+        ({"type": "string", "description": "x" * 17000}, "max_schema_bytes"),
+    ],
+)
+def test_unenforceable_schema_is_400(server, schema, needle):
+    import httpx
+
+    for stream in (False, True):
+        r = httpx.post(server.base_url + "/chat/completions", timeout=60, json={
+            "model": server.model, "messages": [{"role": "user", "content": "x"}], "max_tokens": 5, "stream": stream,
+            "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}})
+        assert r.status_code == 400, r.text
+        err = r.json()["error"]
+        assert err["param"] == "response_format" and needle in err["message"], err
+    assert server.healthy()
