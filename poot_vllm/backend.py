@@ -23,6 +23,7 @@ from vllm.v1.structured_output.backend_types import (
     StructuredOutputOptions,
 )
 
+from poot_vllm import faults
 from poot_vllm.cache import ByteLRU
 from poot_vllm.constraints import Constraint, Kind, compile_automaton
 from poot_vllm.errors import PootError
@@ -65,6 +66,29 @@ def constraint_for(request_type: StructuredOutputOptions, grammar_spec: str) -> 
     return Constraint(kind, grammar_spec)
 
 
+def _warm_up() -> None:
+    from poot_vllm.masks import warm_up
+    from poot_vllm.regex.charsets import category
+
+    warm_up()
+    for letter in "dws":  # \d \w \s tables: ~0.3 s each, once per process
+        category(letter)
+
+
+#: (tensor, its numpy view): vLLM fills rows of one long-lived bitmask tensor,
+#: and ``tensor[i].numpy()`` costs ~5 us per call; a cached view costs ~0.2 us.
+_bitmask_view: tuple[Any, Any] = (None, None)
+
+
+def _numpy_view(bitmask: torch.Tensor) -> Any:
+    global _bitmask_view
+    tensor, view = _bitmask_view
+    if tensor is not bitmask:
+        view = bitmask.numpy()
+        _bitmask_view = (bitmask, view)  # one tuple assignment: thread-safe
+    return view
+
+
 @dataclass
 class PootBackend(StructuredOutputBackend):
     def __post_init__(self) -> None:
@@ -78,10 +102,10 @@ class PootBackend(StructuredOutputBackend):
         self._vocabs: dict[frozenset[int], TokenVocabulary] = {self.vocab.stop_ids: self.vocab}
         self._vocab_lock = threading.Lock()
         self._compiled: ByteLRU[Any] = ByteLRU(self.limits.mask_cache_bytes, lambda v: int(getattr(v, "nbytes", 4096)))
-        from poot_vllm.masks import warm_up
-
-        # Load (or JIT once per machine) the mask kernels off the scheduler loop.
-        threading.Thread(target=warm_up, name="poot-warm-up", daemon=True).start()
+        # Load (or JIT once per machine) the mask kernels and the process-wide
+        # tables off the scheduler loop, so no request pays for them.
+        self.warm_up_thread = threading.Thread(target=_warm_up, name="poot-warm-up", daemon=True)
+        self.warm_up_thread.start()
         logger.info("poot backend ready: vocab size %d (%s tokenizer)", self.vocab.size, self.vocab.kind)
 
     def _vocab_for(self, stop_ids: set[int] | None) -> TokenVocabulary:
@@ -102,12 +126,18 @@ class PootBackend(StructuredOutputBackend):
         stop_token_ids: set[int] | None = None,
         max_new_tokens: int | None = None,
     ) -> StructuredOutputGrammar:
+        # An exception here fails only this request: vLLM's compile Future
+        # carries it to the scheduler (FINISHED_ERROR), the engine goes on.
+        faults.maybe_fail_compile(grammar_spec)
         constraint = constraint_for(request_type, grammar_spec)
         vocab = self._vocab_for(stop_token_ids)
         compiled = self._compiled.get_or_build((constraint, vocab.stop_ids), lambda: self._compile(constraint, vocab))
         matcher = compiled.new_matcher(max_rollback_tokens=self.num_speculative_tokens)
         if max_new_tokens is not None and budget_masks_enabled():
             matcher.set_token_budget(max_new_tokens)
+        injected = faults.faults_in(grammar_spec)
+        if injected:
+            matcher = faults.FaultyMatcher(matcher, injected)
         return PootGrammar(matcher=matcher)
 
     def compile_for_request(self, request: "Request") -> StructuredOutputGrammar:
@@ -116,7 +146,16 @@ class PootBackend(StructuredOutputBackend):
         params = request.sampling_params
         stop_ids = params.all_stop_token_ids if params is not None else None
         budget = getattr(params, "max_tokens", None) if params is not None else None
+        # The context limit ends a reply too (after vLLM's stop check, like max_tokens).
+        from poot_vllm.budget import engine_token_budget
+
+        max_model_len = getattr(getattr(self.vllm_config, "model_config", None), "max_model_len", None)
+        budget = engine_token_budget(budget, max_model_len, getattr(request, "num_prompt_tokens", None))
         return self.compile_grammar(request_type, grammar_spec, stop_token_ids=stop_ids, max_new_tokens=budget)
+
+    def compile_grammar_for_request(self, request: "Request") -> StructuredOutputGrammar:
+        """What a vLLM with patches/0001 calls (no runtime hook needed for the budget)."""
+        return self.compile_for_request(request)
 
     def _compile(self, constraint: Constraint, vocab: TokenVocabulary) -> Any:
         automaton = compile_automaton(constraint, self.limits)
@@ -126,7 +165,7 @@ class PootBackend(StructuredOutputBackend):
             return compile_pushdown(automaton, vocab, self.limits)
         from poot_vllm.compiled import CompiledDFA
 
-        return CompiledDFA.build(automaton, vocab)
+        return CompiledDFA.build(automaton, vocab, max_work=self.limits.max_mask_work)
 
     def allocate_token_bitmask(self, max_num_seqs: int) -> torch.Tensor:
         return torch.full((max_num_seqs, (self.vocab_size + 31) // 32), -1, dtype=torch.int32)
@@ -137,27 +176,77 @@ class PootBackend(StructuredOutputBackend):
 
 @dataclass
 class PootGrammar(StructuredOutputGrammar):
-    """One request choice's matcher, adapted to vLLM's grammar interface."""
+    """One request choice's matcher, adapted to vLLM's grammar interface.
+
+    These methods run inside vLLM's scheduler loop, where an exception would
+    kill the engine core (and every request on it).  So any internal error is
+    logged and turns this grammar *failed*: from then on ``accept_tokens``
+    returns False, which makes vLLM finish only this request with an error
+    (the client gets a 500 / a streamed error, never an unconstrained reply),
+    ``validate_tokens`` rejects every draft, and ``fill_bitmask`` writes a
+    harmless mask for the one step before the request ends.
+    """
 
     matcher: Any = field(repr=False)
+    failed: bool = False
+
+    def _fail(self, op: str, request_id: str | None = None) -> None:
+        self.failed = True
+        logger.exception("poot: internal error in %s%s; ending this request only", op,
+                         f" (request {request_id})" if request_id else "")
 
     def accept_tokens(self, request_id: str, tokens: list[int]) -> bool:
-        ok = self.matcher.accept_tokens(tokens)
+        if self.failed:
+            return False
+        try:
+            ok = self.matcher.accept_tokens(tokens)
+        except Exception:
+            self._fail("accept_tokens", request_id)
+            return False
         if not ok:
             logger.warning("poot: request %s produced a token the constraint rejects", request_id)
         return ok
 
     def validate_tokens(self, tokens: list[int]) -> list[int]:
-        return self.matcher.validate_tokens(tokens)
+        if self.failed:
+            return []
+        try:
+            return self.matcher.validate_tokens(tokens)
+        except Exception:
+            self._fail("validate_tokens")
+            return []
 
     def rollback(self, num_tokens: int) -> None:
-        self.matcher.rollback(num_tokens)
+        if self.failed:
+            return
+        try:
+            self.matcher.rollback(num_tokens)
+        except Exception:
+            self._fail("rollback")
 
     def fill_bitmask(self, bitmask: torch.Tensor, batch_index: int) -> None:
-        self.matcher.fill_bitmask(bitmask[batch_index].numpy())
+        if not self.failed:
+            try:
+                self.matcher.fill_bitmask(_numpy_view(bitmask)[batch_index])
+                return
+            except Exception:
+                self._fail("fill_bitmask")
+        # Any token: the next accept_tokens fails the request, so what is
+        # sampled here is never delivered; an all-zero row could yield NaNs.
+        bitmask[batch_index].fill_(-1)
 
     def is_terminated(self) -> bool:
-        return self.matcher.is_terminated()
+        if self.failed:
+            return False
+        try:
+            return self.matcher.is_terminated()
+        except Exception:
+            self._fail("is_terminated")
+            return False
 
     def reset(self) -> None:
-        self.matcher.reset()
+        try:
+            self.matcher.reset()
+            self.failed = False
+        except Exception:
+            self._fail("reset")

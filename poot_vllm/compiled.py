@@ -19,8 +19,9 @@ class CompiledDFA:
     index: DFAMaskIndex
 
     @classmethod
-    def build(cls, dfa, vocab) -> "CompiledDFA":
-        return cls(DFAMaskIndex.build(dfa, vocab, TokenTrie.build(vocab)))
+    def build(cls, dfa, vocab, max_work: int | None = None) -> "CompiledDFA":
+        """``max_work``: ``Limits.max_mask_work`` (LimitExceeded past it)."""
+        return cls(DFAMaskIndex.build(dfa, vocab, TokenTrie.build(vocab), max_work=max_work))
 
     @property
     def nbytes(self) -> int:

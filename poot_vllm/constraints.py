@@ -122,6 +122,23 @@ def _build(constraint: Constraint, limits: Limits) -> Any:
     raise PootError(f"unknown constraint kind {kind!r}")
 
 
+def check_mask_work(automaton: Any, vocab_size: int, limits: Limits = DEFAULT_LIMITS) -> None:
+    """Refuse a DFA whose token masks would cost more than ``limits.max_mask_work``
+    to compute for a ``vocab_size`` vocabulary (an estimate; see
+    :func:`poot_vllm.masks.estimate_mask_work`).  Grammars are not DFAs: no-op."""
+    if getattr(automaton, "transitions", None) is None:
+        return
+    from poot_vllm.masks import estimate_mask_work
+
+    work = estimate_mask_work(automaton, vocab_size)
+    if work > limits.max_mask_work:
+        n = int(automaton.transitions.shape[0])
+        raise LimitExceeded("computing the token masks of this constraint", "max_mask_work",
+                            limits.max_mask_work, "trie-node visits",
+                            f"estimated {work} for {n} automaton states over {vocab_size} tokens; "
+                            "fewer or shorter free-text parts (string properties, '.*', long patterns) cost less")
+
+
 def check(constraint: Constraint, limits: Limits = DEFAULT_LIMITS) -> None:
     """Validate a constraint completely (what the API server runs before the engine)."""
     compile_automaton(constraint, limits)

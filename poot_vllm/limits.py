@@ -41,8 +41,9 @@ class Limits:
     #: ``guided_grammar`` text, UTF-8 bytes.
     max_grammar_bytes: int = 16 * KiB
     #: ``guided_grammar``: compile work units after expanding counted
-    #: repetitions (see ``poot_vllm.grammar.gbnf.grammar_cost``; xgrammar's
-    #: compile time grows with it, roughly 2-20 ms per unit at a 128k vocab).
+    #: repetitions (see ``poot_vllm.grammar.gbnf.grammar_cost``; wide classes
+    #: cost more; xgrammar's worst case at this limit is a few seconds at a
+    #: 128k vocab, docs/safeguards.md).
     max_grammar_cost: int = 1024
     #: ``guided_grammar``: depth of nested parentheses / stacked repetitions.
     max_grammar_nesting: int = 64
@@ -55,6 +56,14 @@ class Limits:
     #: ``guided_choice``: number of options and total UTF-8 bytes.
     max_choices: int = 4096
     max_choice_bytes: int = 64 * KiB
+    #: Token-mask computation of one DFA constraint, in trie-node visits
+    #: (~25-50 ns each on one core; a state inside a JSON string visits about
+    #: one node per vocabulary token, one in free text about two).  The API server refuses a constraint
+    #: whose estimate (``masks.estimate_mask_work``) passes it; the engine
+    #: counts the real visits and stops at it.  On JSONSchemaBench (172
+    #: schemas, 128k vocabulary) the real work is at most 30M, the estimate at
+    #: most 58M; the default (134M, ~4 s on one core) leaves 2x over that.
+    max_mask_work: int = 128 * 1024 * 1024
     #: Bytes of cached token masks kept across compiled constraints (LRU).
     mask_cache_bytes: int = 512 * 1024 * KiB
 

@@ -34,7 +34,6 @@ which the reply can still complete within a token budget.
 
 from __future__ import annotations
 
-import hashlib
 import time
 import warnings
 from dataclasses import dataclass
@@ -42,7 +41,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .errors import UnsupportedConstruct
+from .errors import LimitExceeded, UnsupportedConstruct
 from .token_trie import TokenTrie, _build_trie
 
 try:
@@ -66,13 +65,14 @@ def _jit(fn: Callable) -> Callable:
 
 @_jit
 def _walk_state(trans, s, node_byte, node_depth, node_end, tok_offsets, tok_ids, is_stop,
-                end_dist, dist_limit, row, collect, seen, stamp, succ_out, stack):
+                end_dist, dist_limit, row, collect, seen, stamp, succ_out, stack, work):
     """Set in ``row`` (uint32 words, zeroed here) every non-stop trie token live
     from ``s`` whose end state ``e`` has ``end_dist[e] <= dist_limit``.
 
     With ``collect``, also write the distinct end states of those tokens to
     ``succ_out`` (using ``seen``/``stamp`` as a visited marker) and return
-    their count.
+    their count.  ``work[0]`` is increased by the trie nodes visited (the
+    cost that ``Limits.max_mask_work`` bounds).
     """
     row[:] = 0
     n_succ = 0
@@ -91,7 +91,9 @@ def _walk_state(trans, s, node_byte, node_depth, node_end, tok_offsets, tok_ids,
     stack[0] = s
     n_nodes = node_byte.shape[0]
     i = 1
+    visited = 0
     while i < n_nodes:
+        visited += 1
         d = node_depth[i]
         nxt = trans[stack[d - 1], node_byte[i]]
         if nxt < 0:
@@ -112,6 +114,7 @@ def _walk_state(trans, s, node_byte, node_depth, node_end, tok_offsets, tok_ids,
                 succ_out[n_succ] = nxt
                 n_succ += 1
         i += 1
+    work[0] += visited
     return n_succ
 
 
@@ -193,42 +196,108 @@ def _set_bits(words: np.ndarray, ids: np.ndarray) -> None:
     np.bitwise_or.at(words, ids >> 5, np.left_shift(np.uint32(1), (ids & 31).astype(np.uint32)))
 
 
+#: Rows computed per numba call (bounds the scratch buffer), and the
+#: successor buffer's minimum size (a call stops early when it might overflow).
+_CHUNK_BYTES = 4 * 1024 * 1024
+_SUCC_CHUNK = 1 << 16
+
+
+@_jit
+def _walk_states(trans, lo, hi, node_byte, node_depth, node_end, tok_offsets, tok_ids, is_stop,
+                 end_dist, dist_limit, accepting, stop_ids, rows, hashes, succ_counts, succ_flat,
+                 seen, succ_buf, stack, work, max_work):
+    """:func:`_walk_state` for states ``lo..hi-1`` into ``rows[0..]`` (stop ids set
+    in accepting states), with a 64-bit FNV-1a hash of each row in ``hashes``
+    and each state's sorted distinct successors appended to ``succ_flat``
+    (``succ_counts`` per state).
+
+    Returns ``(states done, successors written, over)``: it stops early before
+    ``succ_flat`` could overflow, and right after the state at which
+    ``work[0]`` passes ``max_work`` (``over``; ``max_work < 0``: unbounded).
+    """
+    n = trans.shape[0]
+    m = 0
+    for s in range(lo, hi):
+        if m + n > succ_flat.shape[0]:
+            return s - lo, m, False
+        j = s - lo
+        row = rows[j]
+        k = _walk_state(trans, s, node_byte, node_depth, node_end, tok_offsets, tok_ids, is_stop,
+                        end_dist, dist_limit, row, True, seen, s, succ_buf, stack, work)
+        if max_work >= 0 and work[0] > max_work:
+            return j + 1, m, True
+        if accepting[s]:
+            for t in stop_ids:
+                row[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
+        succ_flat[m:m + k] = np.sort(succ_buf[:k])
+        succ_counts[j] = k
+        m += k
+        h = np.uint64(14695981039346656037)
+        for w in row:
+            h = (h ^ np.uint64(w)) * np.uint64(1099511628211)
+        hashes[j] = h
+    return hi - lo, m, False
+
+
 def _build_rows(trans: np.ndarray, accepting: np.ndarray, trie: TokenTrie, stop_ids: np.ndarray,
-                is_stop: np.ndarray, end_dist: np.ndarray | None = None, dist_limit: int = 0) -> _Rows:
-    """Walk the trie from every state: deduplicated rows plus the successor CSR."""
+                is_stop: np.ndarray, end_dist: np.ndarray | None = None, dist_limit: int = 0,
+                work: np.ndarray | None = None, max_work: int | None = None) -> _Rows:
+    """Walk the trie from every state: deduplicated rows plus the successor CSR.
+
+    ``work[0]`` accumulates the trie nodes visited; past ``max_work`` the build
+    stops with :class:`LimitExceeded` (checked after each state: one state
+    costs at most the trie's node count, a few ms).
+    """
+    if work is None:
+        work = np.zeros(1, dtype=np.int64)
     n = trans.shape[0]
     words = trie.words
     if end_dist is None:  # first pass: no distance filter
         end_dist = np.zeros(n, dtype=np.int32)
         # Read-only like the real distances, so numba compiles one specialisation.
         end_dist.flags.writeable = False
-    scratch = np.zeros(words, dtype=np.uint32)
     seen = np.full(n, -1, dtype=np.int32)
     succ_buf = np.empty(n, dtype=np.int32)
     stack = np.empty(trie.max_depth + 1, dtype=np.int32)
+    # The per-state loop runs in numba a chunk of states at a time (no Python
+    # per state but the dedupe lookup): chunk rows, their hashes, successors.
+    chunk = max(1, min(n, _CHUNK_BYTES // (4 * words)))
+    buf = np.zeros((chunk, words), dtype=np.uint32)
+    hashes = np.zeros(chunk, dtype=np.uint64)
+    succ_counts = np.zeros(chunk, dtype=np.int64)
+    succ_flat = np.empty(max(n, _SUCC_CHUNK), dtype=np.int32)
+    limit = -1 if max_work is None else int(max_work)
 
     unique: list[np.ndarray] = []
-    index_of: dict[bytes, int] = {}
+    index_of: dict[int, int] = {}
     row_of_state = np.empty(n, dtype=np.int32)
     succ_offsets = np.zeros(n + 1, dtype=np.int64)
     succ_parts: list[np.ndarray] = []
-    for s in range(n):
-        k = _walk_state(trans, s, trie.node_byte, trie.node_depth, trie.node_end,
-                        trie.tok_offsets, trie.tok_ids, is_stop, end_dist, dist_limit,
-                        scratch, True, seen, s, succ_buf, stack)
-        if accepting[s]:
-            _set_bits(scratch, stop_ids)
-        succ_parts.append(np.sort(succ_buf[:k]))
-        succ_offsets[s + 1] = succ_offsets[s] + k
-        # 128-bit digest as the dedupe key (keeps the dict small); equality is
-        # still checked, so a collision costs a duplicate row, never a wrong one.
-        key = hashlib.blake2b(scratch.data, digest_size=16).digest()
-        j = index_of.get(key)
-        if j is None or not np.array_equal(unique[j], scratch):
-            j = len(unique)
-            unique.append(scratch.copy())
-            index_of.setdefault(key, j)
-        row_of_state[s] = j
+    s = 0
+    while s < n:
+        done, m, over = _walk_states(trans, s, min(n, s + chunk), trie.node_byte, trie.node_depth, trie.node_end,
+                                     trie.tok_offsets, trie.tok_ids, is_stop, end_dist, dist_limit, accepting,
+                                     stop_ids, buf, hashes, succ_counts, succ_flat, seen, succ_buf, stack,
+                                     work, limit)
+        if over:
+            raise LimitExceeded(
+                "computing the token masks of this constraint", "max_mask_work", max_work,
+                "trie-node visits", f"stopped after {s + done} of {n} automaton states; constraints with "
+                "many states inside free-text strings (long patterns, many string properties) cost most")
+        succ_parts.append(succ_flat[:m].copy())
+        np.cumsum(succ_counts[:done], out=succ_offsets[s + 1:s + done + 1])
+        succ_offsets[s + 1:s + done + 1] += succ_offsets[s]
+        for j in range(done):
+            # 64-bit hash as the dedupe key; equality is still checked, so a
+            # collision costs a duplicate row, never a wrong one.
+            key = int(hashes[j])
+            u = index_of.get(key)
+            if u is None or not np.array_equal(unique[u], buf[j]):
+                u = len(unique)
+                unique.append(buf[j].copy())
+                index_of.setdefault(key, u)
+            row_of_state[s + j] = u
+        s += done
     rows = np.stack(unique).view(np.int32) if unique else np.zeros((0, words), dtype=np.int32)
     succ_states = np.concatenate(succ_parts).astype(np.int32) if succ_parts else np.zeros(0, np.int32)
     return _Rows(rows, row_of_state, succ_offsets, succ_states)
@@ -261,6 +330,8 @@ class DFAMaskIndex:
     #: Token cost of a stop (1, or 0 when the vocabulary has no stop ids).
     stop_cost: int
     build_seconds: float
+    #: Trie nodes the build visited (what ``Limits.max_mask_work`` bounds).
+    mask_work: int = 0
 
     @property
     def n_states(self) -> int:
@@ -300,16 +371,19 @@ class DFAMaskIndex:
         limit = min(int(budget) - 1, int(UNREACHABLE) - 1)
         _walk_state(self.transitions, int(state), trie.node_byte, trie.node_depth, trie.node_end,
                     trie.tok_offsets, trie.tok_ids, self.is_stop, self.min_tokens_to_accept, limit,
-                    out, False, _NO_SEEN, 0, _NO_SEEN, stack)
+                    out, False, _NO_SEEN, 0, _NO_SEEN, stack, np.zeros(1, dtype=np.int64))
         if self.accepting[state] and budget >= 1:
             _set_bits(out, self.stop_ids)
 
     @classmethod
-    def build(cls, dfa: Any, vocab: Any, trie: TokenTrie | None = None) -> "DFAMaskIndex":
+    def build(cls, dfa: Any, vocab: Any, trie: TokenTrie | None = None,
+              max_work: int | None = None) -> "DFAMaskIndex":
         """Compute every state's mask and token distances.
 
         Raises :class:`~poot_vllm.errors.UnsupportedConstruct` if the model's
-        tokens cannot spell any complete reply from the start state.
+        tokens cannot spell any complete reply from the start state, and
+        :class:`~poot_vllm.errors.LimitExceeded` once the walks visit more than
+        ``max_work`` trie nodes (``Limits.max_mask_work``; None: unbounded).
         """
         t0 = time.perf_counter()
         if trie is None:
@@ -333,7 +407,8 @@ class DFAMaskIndex:
         is_stop.flags.writeable = False
         stop_cost = 1 if stop_ids.size else 0
 
-        built = _build_rows(trans, accepting, trie, stop_ids, is_stop)
+        work = np.zeros(1, dtype=np.int64)
+        built = _build_rows(trans, accepting, trie, stop_ids, is_stop, work=work, max_work=max_work)
         dist = _token_distances(built.succ_offsets, built.succ_states, accepting,
                                 np.int32(stop_cost), UNREACHABLE)
         dist.flags.writeable = False
@@ -344,7 +419,8 @@ class DFAMaskIndex:
                 "(the vocabulary lacks tokens for some required bytes); change the constraint")
         if (dist >= UNREACHABLE).any():
             # Some states are token-dead: redo the walk, refusing tokens that end in one.
-            built = _build_rows(trans, accepting, trie, stop_ids, is_stop, dist, int(UNREACHABLE) - 1)
+            built = _build_rows(trans, accepting, trie, stop_ids, is_stop, dist, int(UNREACHABLE) - 1,
+                                work=work, max_work=max_work)
 
         plain_budget = np.zeros(trans.shape[0], dtype=np.int32)
         offs, succ = built.succ_offsets, built.succ_states
@@ -365,7 +441,38 @@ class DFAMaskIndex:
             a.flags.writeable = False
         return cls(dfa, vocab, trie, trans, accepting, stop_ids, is_stop, built.rows, built.row_of_state, stop_row,
                    dist, plain_budget, built.succ_offsets, built.succ_states, stop_cost,
-                   time.perf_counter() - t0)
+                   time.perf_counter() - t0, int(work[0]))
 
 
 _NO_SEEN = np.zeros(1, dtype=np.int32)  # placeholder when successors are not collected
+
+
+#: A state with at least this many live bytes (e.g. inside a JSON string,
+#: ``.``) is assumed to let the walk visit most of the trie.
+WIDE_STATE_BYTES = 128
+#: Trie nodes per vocabulary token (~2.1 for byte-level BPE at 128k tokens):
+#: what a wide state costs, per token.
+TRIE_NODES_PER_TOKEN = 2
+
+
+def estimate_mask_work(dfa: Any, vocab_size: int) -> int:
+    """A cheap, vocabulary-free estimate of :meth:`DFAMaskIndex.build`'s work
+    (trie-node visits), for refusing a constraint on the API server before the
+    engine is asked.
+
+    Measured against a 128k byte-level vocabulary (~2 trie nodes per token), a
+    state inside free text visits about the whole trie, one inside a JSON
+    string about half of it, and a state with few live bytes far less.  So
+    each state is charged
+    ``TRIE_NODES_PER_TOKEN * vocab_size * min(1, lead_bytes / WIDE_STATE_BYTES)``, where
+    ``lead_bytes`` counts the live bytes that can start a character (UTF-8
+    continuation bytes 0x80-0xBF do not: few tokens start with one, so states
+    inside a multi-byte character are cheap), and at least
+    ``1 / WIDE_STATE_BYTES``: about the real cost for wide states, an
+    over-estimate for narrow ones (which cost little in total).  The engine
+    counts the real work and stops at the same limit.
+    """
+    live = np.asarray(dfa.transitions) >= 0
+    lead = live[:, :0x80].sum(axis=1) + live[:, 0xC0:].sum(axis=1)
+    frac = np.clip(lead, 1, WIDE_STATE_BYTES) / WIDE_STATE_BYTES
+    return int(float(frac.sum()) * TRIE_NODES_PER_TOKEN * int(vocab_size))

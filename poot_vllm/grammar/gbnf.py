@@ -437,12 +437,31 @@ def reachable_rules(grammar: Grammar) -> list[str]:
     return [grammar.root] + [r.name for r in grammar.rules if r.name in seen and r.name != grammar.root]
 
 
+def class_cost(node: CharClass) -> int:
+    """Cost units of one character-class position: ``max(1, first_bytes // 8)``,
+    where ``first_bytes`` is the number of distinct UTF-8 first bytes of the
+    class's characters (ASCII characters, plus the lead bytes of the rest)."""
+    first: set[int] = set()
+    for lo, hi in node.ranges:
+        if lo < 0x80:
+            first.update(range(lo, min(hi, 0x7F) + 1))
+        if hi >= 0x80:
+            lead_lo = chr(max(lo, 0x80)).encode("utf-8", "surrogatepass")[0]
+            lead_hi = chr(hi).encode("utf-8", "surrogatepass")[0]
+            first.update(range(lead_lo, lead_hi + 1))
+    return max(1, len(first) // 8)
+
+
 def grammar_cost(grammar: Grammar) -> int:
     """Work units the grammar costs to compile (the ``max_grammar_cost`` bound).
 
     Counted over rules reachable from the root, with counted repetitions
-    expanded: each literal, class and rule reference is one unit (long
-    literals one more per 32 characters), ``x{m,n}`` costs ``x`` times
+    expanded: each literal and rule reference is one unit (long literals one
+    more per 32 characters), a class one unit per 8 first bytes it can start
+    with (:func:`class_cost`: ``[0-9]`` 1, ``[a-z]`` 3, ``[^"]`` or ``.`` 22 --
+    xgrammar's per-position mask work grows with the tokens a position
+    allows: at 128k tokens ``[^"]{160}`` took ~10 s, ``[0-9]{1000}`` 0.07 s),
+    ``x{m,n}`` costs ``x`` times
     ``m + 2*(n-m)`` (``m+1`` if unbounded), and each position in a sequence
     also pays for the run of nullable elements after it -- measured with
     xgrammar, compile time grows with exactly these counts (a sequence of
@@ -454,7 +473,9 @@ def grammar_cost(grammar: Grammar) -> int:
     def cost(node: Node) -> int:
         if isinstance(node, Literal):
             return 1 + len(node.text) // 32
-        if isinstance(node, (CharClass, RuleRef)):
+        if isinstance(node, CharClass):
+            return class_cost(node)
+        if isinstance(node, RuleRef):
             return 1
         if isinstance(node, Alternation):
             return sum(cost(o) for o in node.options)
@@ -463,9 +484,16 @@ def grammar_cost(grammar: Grammar) -> int:
             return cost(node.item) * max(copies, 1)
         total, run = 0, 0
         for item in reversed(node.items):  # run: nullable items starting here
-            run = run + 1 if nullable(item, null) else 0
+            # A wide optional class weighs its class cost in the run (a run of
+            # k optional [^"] is quadratic in k *and* wide: ~5 s at k=18).
+            run = run + run_weight(item) if nullable(item, null) else 0
             total += cost(item) + run
         return total
+
+    def run_weight(item: Node) -> int:
+        while isinstance(item, Repeat):
+            item = item.item
+        return class_cost(item) if isinstance(item, CharClass) else 1
 
     return sum(cost(by_name[name].body) for name in reachable_rules(grammar))
 

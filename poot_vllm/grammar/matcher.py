@@ -15,6 +15,7 @@ accepts, and accepting one terminates).
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 from collections import OrderedDict
@@ -37,10 +38,21 @@ class CompiledPushdown:
     ebnf: str                # the xgrammar text it was compiled from
     vocab_size: int
     stop_ids: frozenset[int]
+    #: Budget tables when this is the json_object grammar over a vocabulary
+    #: that can spell its closing bytes (see json_budget); else None.
+    closing: Any = None
 
     @property
     def memory_bytes(self) -> int:
         return int(self.compiled.memory_size_bytes)
+
+    @property
+    def nbytes(self) -> int:
+        """What the backend's LRU counts (the trie of ``closing`` is shared)."""
+        return self.memory_bytes
+
+    def new_matcher(self, max_rollback_tokens: int = 0) -> "PushdownMatcher":
+        return PushdownMatcher(self, max_rollback_tokens=max_rollback_tokens)
 
 
 class _CompilerCache:
@@ -112,9 +124,21 @@ def compile_pushdown(grammar: Grammar, vocab: Any, limits: Limits = DEFAULT_LIMI
     if hit is not None:
         return hit
     compiled = _CACHE.compiler(vocab).compile_grammar(ebnf)
-    result = CompiledPushdown(compiled, ebnf, vocab.size, frozenset(vocab.stop_ids))
+    closing = None
+    if ebnf == _json_object_ebnf():
+        from .json_budget import closing_tables
+
+        closing = closing_tables(vocab)
+    result = CompiledPushdown(compiled, ebnf, vocab.size, frozenset(vocab.stop_ids), closing)
     _CACHE.put(key, result, limits.mask_cache_bytes)
     return result
+
+
+@functools.lru_cache(maxsize=1)
+def _json_object_ebnf() -> str:
+    from .json_object import json_object_grammar
+
+    return grammar_to_xgrammar_ebnf(json_object_grammar())
 
 
 class PushdownMatcher:
@@ -150,10 +174,43 @@ class PushdownMatcher:
         self._last_word = np.uint32((1 << tail) - 1).view(np.int32) if tail else None
         self._max_rollback = max_rollback_tokens
         self._accepted = 0
+        # Budgets (json_object only): the reply's closing state, token by token.
+        self._closing = compiled.closing
+        self._closer = None
+        if self._closing is not None:
+            from .json_budget import JsonCloser
+
+            self._closer = JsonCloser()
+        self._budget: int | None = None
+        self._stop_cost = 1 if self._stop_ids else 0
 
     def reset(self) -> None:
         self._m.reset()
         self._accepted = 0
+        if self._closer is not None:
+            self._closer.reset()
+
+    @property
+    def supports_budget(self) -> bool:
+        """Whether ``set_token_budget`` makes replies finish in time (json_object
+        over a vocabulary that spells its closing bytes; not general grammars)."""
+        return self._closer is not None
+
+    def set_token_budget(self, max_new_tokens: int | None) -> None:
+        """Limit the reply to ``max_new_tokens`` tokens (stop token included):
+        masks then allow only tokens after which the JSON object can still be
+        closed in time.  A no-op for grammars without budget support."""
+        if max_new_tokens is not None and max_new_tokens < 0:
+            raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
+        self._budget = max_new_tokens if self._closer is not None else None
+
+    def closing_cost(self) -> int | None:
+        """Fewest tokens that still finish the reply, stop included (json_object)."""
+        if self._closer is None:
+            return None
+        if self.is_terminated():
+            return 0
+        return self._closer.cost() + self._stop_cost
 
     @property
     def num_accepted(self) -> int:
@@ -169,6 +226,9 @@ class PushdownMatcher:
         if not 0 <= token < self._size or not self._m.accept_token(token):
             return False
         self._accepted += 1
+        if self._closer is not None:
+            data = self._closing.token_bytes[token] if token not in self._stop_ids else None
+            self._closer.advance(data or b"")
         return True
 
     def accept_tokens(self, ids: Sequence[int]) -> bool:
@@ -207,6 +267,8 @@ class PushdownMatcher:
             raise ValueError(f"cannot roll back {n} tokens: only {self._accepted} were accepted")
         self._m.rollback(n)
         self._accepted -= n
+        if self._closer is not None:
+            self._closer.undo(n)
 
     def fill_bitmask(self, row: np.ndarray) -> None:
         """Write the allowed tokens into ``row`` (int32 words; bit ``t & 31`` of word ``t >> 5``)."""
@@ -224,3 +286,33 @@ class PushdownMatcher:
             row[...] = tmp
         if self._last_word is not None:
             row[-1] &= self._last_word
+        if self._budget is not None:
+            self._restrict_to_budget(row)
+
+    def _restrict_to_budget(self, row: np.ndarray) -> None:
+        """Keep only tokens after which the object still closes within the budget.
+
+        Closing ``c`` bytes takes at most ``c`` tokens (single-byte tokens
+        exist), so a text token is kept iff its closing bytes fit in
+        ``remaining - 1 - stop``; far from the limit no token can break that
+        (one token adds at most ``max_increase``) and the mask is left as is.
+        """
+        from .json_budget import closing_mask
+
+        remaining = self._budget - self._accepted
+        cost = self._closer.cost()
+        limit = remaining - 1 - self._stop_cost
+        if limit >= cost + self._closing.max_increase:
+            return
+        grammar_row = row.copy()
+        allowed = np.empty_like(grammar_row)
+        closing_mask(self._closing, self._closer, limit, allowed)
+        row &= allowed
+        if remaining >= self._stop_cost:
+            row |= grammar_row & self._stop_row
+        if not row.any():
+            # Past the point of no return (a budget below the shortest reply,
+            # which admission refuses): follow a shortest completion rather
+            # than leave the mask empty.
+            closing_mask(self._closing, self._closer, cost - 1, allowed)
+            row[...] = grammar_row & (allowed | self._stop_row)

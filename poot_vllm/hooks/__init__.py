@@ -17,6 +17,7 @@ import functools
 import importlib
 import logging
 import os
+import threading
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -29,6 +30,8 @@ HOOK_MODULES = (
     "sampling_validation",
     "engine_manager",
     "request_fields",
+    "budget_admission",
+    "tool_responses",
 )
 
 
@@ -42,7 +45,6 @@ class Hook:
     until: str  # when the hook can be removed
 
 
-_applied: dict[str, bool] = {}
 
 
 def wrap(owner: Any, attr: str, make_wrapper: Callable[[Callable], Callable]) -> bool:
@@ -80,25 +82,94 @@ def hooks_disabled() -> bool:
     return os.environ.get("POOT_DISABLE_HOOKS", "") not in ("", "0", "false", "False")
 
 
-def apply_all() -> dict[str, str]:
-    """Apply every hook not already applied; returns name -> status."""
-    status: dict[str, str] = {}
-    if hooks_disabled():
-        return {name: "disabled" for name in HOOK_MODULES}
+def apply_all(eager: bool = False) -> dict[str, str]:
+    """Register poot in this process; returns hook name -> status.
+
+    First through vLLM's native seams where they exist (a vLLM carrying
+    ``patches/``, see :mod:`poot_vllm.native`; done even with
+    ``POOT_DISABLE_HOOKS=1``), then each runtime hook whose area has no native
+    seam.  A hook is settled when the vLLM module it patches (its
+    ``TRIGGERS``) is imported -- at once if it already is -- so a worker
+    process never imports API-server modules just to patch them.  Status per
+    hook: ``"native seam"``, ``"applied"``, ``"disabled"`` or ``"deferred"``.
+    ``eager=True`` imports every trigger now (tests, tools): nothing is deferred.
+    """
+    from poot_vllm import native
+    from poot_vllm.hooks.when_imported import when_imported
+
+    native.register()
     for name in HOOK_MODULES:
-        if _applied.get(name):
-            status[name] = "applied"
+        if name in _status:
             continue
         module = importlib.import_module(f"{__name__}.{name}")
+        _status[name] = "deferred"
+        for trigger in getattr(module, "TRIGGERS", ()):
+            when_imported(trigger, lambda _m, name=name, module=module: _settle(name, module))
+        if not getattr(module, "TRIGGERS", ()):
+            _settle(name, module)
+    if eager:
+        for name in HOOK_MODULES:
+            for trigger in getattr(importlib.import_module(f"{__name__}.{name}"), "TRIGGERS", ())[:1]:
+                importlib.import_module(trigger)
+    status = dict(_status)
+    log_paths_once(status)
+    return status
+
+
+_status: dict[str, str] = {}
+_settle_lock = threading.RLock()
+
+
+def _settle(name: str, module: Any) -> None:
+    """Decide and apply one hook, once: native seam, disabled, or applied."""
+    with _settle_lock:
+        if _status.get(name) not in (None, "deferred"):
+            return
         seam_present = getattr(module, "seam_present", None)
         if seam_present is not None and seam_present():
-            status[name] = "native seam"
-            _applied[name] = True
-            continue
-        module.apply()
-        _applied[name] = True
-        status[name] = "applied"
-    return status
+            _status[name] = "native seam"
+        elif hooks_disabled():
+            _status[name] = "disabled"
+        else:
+            module.apply()
+            _status[name] = "applied"
+
+
+def hook_status() -> dict[str, str]:
+    """What each hook is in this process now (deferred ones settle on import)."""
+    return dict(_status)
+
+
+_logged_paths = False
+
+
+def describe_paths(status: dict[str, str]) -> str:
+    """One line saying which path poot uses in this process, per vLLM area."""
+    by_status: dict[str, list[str]] = {}
+    for name, state in status.items():
+        by_status.setdefault(state, []).append(name)
+    native_names = by_status.get("native seam", [])
+    if not native_names:
+        path = "no native seams, runtime hooks disabled" if "disabled" in by_status else "stock vLLM: runtime hooks"
+    elif "applied" in by_status:
+        path = "patched vLLM: native seams + runtime hooks"
+    else:
+        path = "patched vLLM: native seams only"
+    details = "; ".join(f"{state}: {', '.join(names)}" for state, names in by_status.items())
+    return f"{path} ({details})"
+
+
+def log_paths_once(status: dict[str, str]) -> None:
+    """Log once per process which path (native seams / runtime hooks) is in use."""
+    global _logged_paths
+    if _logged_paths:
+        return
+    _logged_paths = True
+    line = describe_paths(status)
+    if "disabled" in status.values() and not {"applied", "native seam"} & set(status.values()):
+        logger.warning("poot-vllm: %s; the backend 'poot' is not available", line)
+    else:
+        logger.info("poot-vllm: %s", line)
 
 
 def all_hooks() -> list[Hook]:

@@ -17,6 +17,9 @@ from poot_vllm.hooks import Hook, wrap
 FLAG = "--guided-decoding-backend"
 DEST = "guided_decoding_backend"
 
+#: Applied when the first of these vLLM modules is imported (hooks/when_imported.py).
+TRIGGERS = ("vllm.engine.arg_utils",)
+
 HOOK = Hook(
     name="cli_flag",
     target="vllm.engine.arg_utils.EngineArgs.add_cli_args, "

@@ -15,6 +15,9 @@ from poot_vllm.hooks import Hook
 
 BACKEND_NAME = "poot"
 
+#: Applied when the first of these vLLM modules is imported (hooks/when_imported.py).
+TRIGGERS = ("vllm.config.structured_outputs",)
+
 HOOK = Hook(
     name="config_backend",
     target="vllm.config.structured_outputs.StructuredOutputsConfig.backend",
@@ -26,9 +29,10 @@ HOOK = Hook(
 
 
 def seam_present() -> bool:
-    from vllm.config import structured_outputs as so
+    """patches/0001: the config validates backend names against a registry."""
+    from poot_vllm.native import backend_registry
 
-    return hasattr(so, "register_structured_output_backend")
+    return backend_registry() is not None
 
 
 def apply() -> None:

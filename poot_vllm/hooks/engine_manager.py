@@ -13,6 +13,9 @@ from __future__ import annotations
 
 from poot_vllm.hooks import Hook, wrap
 
+#: Applied when the first of these vLLM modules is imported (hooks/when_imported.py).
+TRIGGERS = ("vllm.v1.structured_output",)
+
 HOOK = Hook(
     name="engine_manager",
     target="vllm.v1.structured_output.StructuredOutputManager.grammar_init, ._create_grammar",
@@ -24,11 +27,16 @@ HOOK = Hook(
 
 
 def seam_present() -> bool:
+    """patches/0001: the manager builds backends from the registry and compiles
+    through ``StructuredOutputBackend.compile_grammar_for_request``."""
     try:
         from vllm.v1 import structured_output
+        from vllm.v1.structured_output.backend_types import StructuredOutputBackend
     except ImportError:
         return False
-    return hasattr(structured_output, "STRUCTURED_OUTPUT_BACKENDS")
+    return hasattr(structured_output, "get_structured_output_backend") and hasattr(
+        StructuredOutputBackend, "compile_grammar_for_request"
+    )
 
 
 def _request_backend(request) -> str | None:

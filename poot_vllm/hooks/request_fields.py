@@ -19,6 +19,9 @@ from typing import Any
 
 from poot_vllm.hooks import Hook, wrap
 
+#: Applied when the first of these vLLM modules is imported (hooks/when_imported.py).
+TRIGGERS = ("vllm.entrypoints.openai.chat_completion.protocol", "vllm.entrypoints.openai.completion.protocol")
+
 HOOK = Hook(
     name="request_fields",
     target="vllm.entrypoints.openai.{chat_completion,completion}.protocol.*Request.extract_structured_outputs",
@@ -32,11 +35,15 @@ _CONSTRAINT_FIELDS = ("json", "regex", "choice", "grammar", "json_object", "stru
 
 
 def seam_present() -> bool:
-    try:
-        from vllm.entrypoints.generate.base import protocol
-    except ImportError:
+    """patches/0002: chat and completion requests run registered structured-outputs hooks."""
+    from poot_vllm.native import request_hook_point
+
+    if request_hook_point() is None:
         return False
-    return hasattr(protocol, "register_structured_outputs_hook")
+    from vllm.entrypoints.openai.chat_completion import protocol as chat
+    from vllm.entrypoints.openai.completion import protocol as completion
+
+    return hasattr(chat, "apply_structured_outputs_hooks") and hasattr(completion, "apply_structured_outputs_hooks")
 
 
 def response_format_dict(response_format: Any) -> dict | None:
@@ -51,6 +58,16 @@ def response_format_dict(response_format: Any) -> dict | None:
     if js is not None:
         out["json_schema"] = {"name": getattr(js, "name", None), "schema": getattr(js, "json_schema", None)}
     return out
+
+
+def _check_native(params: Any, limits) -> None:
+    """poot's validation of a request's own ``structured_outputs`` (raises PootError naming the field)."""
+    if params is None or not any(getattr(params, name, None) not in (None, False) for name in _CONSTRAINT_FIELDS):
+        return
+    from poot_vllm.constraints import check
+    from poot_vllm.params import constraint_from_params
+
+    check(constraint_from_params(params, limits), limits)
 
 
 def structured_outputs_for(request: Any, original) -> Any:
@@ -74,7 +91,9 @@ def structured_outputs_for(request: Any, original) -> Any:
                 request.model_extra or {}, response_format_dict(getattr(request, "response_format", None)), limits
             )
         if selected is None:
-            return original(request)
+            native = original(request)
+            _check_native(native, limits)  # vLLM's own structured_outputs (e.g. a structural tag): 400 before a stream starts
+            return native
         constraint, field = selected
         check(constraint, limits)
     except PootError as exc:
@@ -82,9 +101,14 @@ def structured_outputs_for(request: Any, original) -> Any:
     base = getattr(request, "structured_outputs", None)
     kwargs = params_kwargs(constraint)
     if base is None:
-        return StructuredOutputsParams(**kwargs)
-    cleared = {name: None for name in _CONSTRAINT_FIELDS}
-    return dataclasses.replace(base, **{**cleared, **kwargs})
+        params = StructuredOutputsParams(**kwargs)
+    else:
+        cleared = {name: None for name in _CONSTRAINT_FIELDS}
+        params = dataclasses.replace(base, **{**cleared, **kwargs})
+    # Lets SamplingParams validation (which knows the vocabulary size and
+    # checks the mask-work estimate) name the request field in its 400.
+    params._poot_field = field
+    return params
 
 
 def apply() -> None:

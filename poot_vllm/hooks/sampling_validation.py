@@ -13,6 +13,9 @@ from __future__ import annotations
 
 from poot_vllm.hooks import Hook, wrap
 
+#: Applied when the first of these vLLM modules is imported (hooks/when_imported.py).
+TRIGGERS = ("vllm.sampling_params",)
+
 HOOK = Hook(
     name="sampling_validation",
     target="vllm.sampling_params.SamplingParams._validate_structured_outputs",
@@ -23,23 +26,48 @@ HOOK = Hook(
 )
 
 
+def seam_present() -> bool:
+    """patches/0001: ``_validate_structured_outputs`` calls the registered validator."""
+    import vllm.sampling_params as sp
+
+    return hasattr(sp, "get_structured_output_backend")
+
+
 def to_validation_error(exc, default_param: str = "structured_outputs"):
     from vllm.exceptions import VLLMValidationError
 
     return VLLMValidationError(str(exc), parameter=getattr(exc, "field", None) or default_param)
 
 
-def validate_for_poot(params) -> None:
-    """Poot's validation of vLLM ``StructuredOutputsParams``; raises VLLMValidationError."""
-    from poot_vllm.constraints import check
+def validate_for_poot(params, vocab_size: int | None = None) -> None:
+    """Poot's validation of vLLM ``StructuredOutputsParams``; raises VLLMValidationError.
+
+    With the model's ``vocab_size``, a DFA constraint whose estimated mask
+    work passes ``max_mask_work`` is refused here too (a 400 instead of a
+    failed request in the engine).  ``param`` is the request field the
+    request hook recorded (``_poot_field``), else ``structured_outputs``.
+    """
+    from poot_vllm.constraints import check_mask_work, compile_automaton
     from poot_vllm.errors import PootError
     from poot_vllm.params import constraint_from_params
     from poot_vllm.settings import server_limits
 
+    limits = server_limits()
+    field = getattr(params, "_poot_field", None) or "structured_outputs"
     try:
-        check(constraint_from_params(params, server_limits()), server_limits())
+        constraint = constraint_from_params(params, limits)
+        automaton = compile_automaton(constraint, limits)
+        if vocab_size:
+            check_mask_work(automaton, vocab_size, limits)
     except PootError as exc:
-        raise to_validation_error(exc) from None
+        raise to_validation_error(exc.with_field(field), field) from None
+
+
+def _vocab_size(model_config) -> int | None:
+    try:
+        return int(model_config.get_vocab_size())
+    except Exception:  # a config without a vocabulary: skip the estimate
+        return None
 
 
 def apply() -> None:
@@ -59,9 +87,14 @@ def apply() -> None:
                     f"asked for '{params._backend}' but this server runs 'poot'. Remove '_backend'.",
                     parameter="structured_outputs",
                 )
-            validate_for_poot(params)
+            validate_for_poot(params, _vocab_size(model_config))
             params._backend = "poot"
             params._backend_was_auto = False
+            # Budget admission (budget_admission.py): vLLM hands us the tokenizer here.
+            from poot_vllm.hooks.budget_admission import admit, record_from_validation
+
+            record_from_validation(model_config, tokenizer)
+            admit(self)
 
         return _validate_structured_outputs
 

@@ -62,12 +62,26 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(model_dir: Path, log_dir: Path, extra_args: list[str] = (), timeout: float = 240.0) -> Server:
+def backend_args(backend: str = "poot") -> list[str]:
+    """The README's ``--guided-decoding-backend poot`` (poot's CLI hook); with the
+    runtime hooks off (``POOT_DISABLE_HOOKS=1``, the patched-vLLM CI run) that
+    flag does not exist and vLLM's own option names the backend."""
+    from poot_vllm.hooks import hooks_disabled
+
+    if hooks_disabled():
+        return ["--structured-outputs-config.backend", backend]
+    return ["--guided-decoding-backend", backend]
+
+
+def start_server(model_dir: Path, log_dir: Path, extra_args: list[str] = (), timeout: float = 240.0,
+                 env: dict[str, str] | None = None, backend: str = "poot") -> Server:
+    """``env``: extra environment for the server (e.g. ``POOT_*`` limits);
+    ``backend``: the structured-output backend (``xgrammar`` for comparisons)."""
     port = _free_port()
     log_path = log_dir / f"vllm-{model_dir.name}-{port}.log"
     cmd = [
         sys.executable, "-m", "poot_vllm.cli", "serve", str(model_dir),
-        "--guided-decoding-backend", "poot",
+        *backend_args(backend),
         "--host", "127.0.0.1", "--port", str(port),
         "--kv-cache-memory-bytes", "67108864",
         "--max-model-len", "2048",
@@ -75,7 +89,7 @@ def start_server(model_dir: Path, log_dir: Path, extra_args: list[str] = (), tim
         *extra_args,
     ]
     env = dict(os.environ, VLLM_HOST_IP="127.0.0.1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
-               VLLM_NO_USAGE_STATS="1", PYTHONUNBUFFERED="1")
+               VLLM_NO_USAGE_STATS="1", PYTHONUNBUFFERED="1", **(env or {}))
     log = open(log_path, "wb")
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO, start_new_session=True)
     server = Server(url=f"http://127.0.0.1:{port}", model=model_dir.name, process=proc, log_path=log_path)

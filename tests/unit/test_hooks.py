@@ -13,7 +13,7 @@ from poot_vllm.hooks import HOOK_MODULES, all_hooks, apply_all, original  # noqa
 
 @pytest.fixture(scope="module", autouse=True)
 def hooks_applied():
-    status = apply_all()
+    status = apply_all(eager=True)
     assert set(status) == set(HOOK_MODULES)
     return status
 
@@ -187,3 +187,31 @@ def test_request_refusal_names_the_field(poot_server):
 def test_request_hook_inactive_for_other_backends(monkeypatch):
     monkeypatch.setenv("POOT_SERVER_BACKEND", "xgrammar")
     assert _chat(guided_regex="a+").extract_structured_outputs() is None
+
+
+def test_register_defers_hooks_until_their_module_is_imported():
+    """register() in a worker imports no API-server module; the hook applies on import."""
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent("""
+        import sys, json
+        import vllm.engine.arg_utils, vllm.sampling_params
+        before = set(sys.modules)
+        from poot_vllm.plugin import register
+        register()
+        from poot_vllm.hooks import hook_status
+        status = hook_status()
+        new = sorted(m for m in set(sys.modules) - before if m.startswith("vllm."))
+        from vllm.entrypoints.openai.completion.protocol import CompletionRequest
+        print(json.dumps({"new": new, "before": status["request_fields"], "after": hook_status()["request_fields"],
+                          "patched": hasattr(CompletionRequest.extract_structured_outputs, "__poot_original__")}))
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    import json
+
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["new"] == [], result["new"]
+    assert (result["before"], result["after"], result["patched"]) == ("deferred", "applied", True)

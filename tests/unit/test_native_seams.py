@@ -1,0 +1,319 @@
+"""The fork path: patches/ apply, and poot registers through the native seams.
+
+Against the installed (stock) vLLM: no seam is detected and poot uses its
+runtime hooks.  Against a patched copy built by ``scripts/build-patched-vllm``
+(imported in a subprocess, PYTHONPATH first, runtime hooks disabled): every
+seam is detected, nothing is monkeypatched, and the behaviour a user sees
+(config accepts ``poot``, 400s naming the field, ``guided_*`` mapping, the
+engine building poot's backend with the request's budget) comes from vLLM's
+own code calling poot.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+vllm = pytest.importorskip("vllm")
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPTS = REPO / "scripts"
+VLLM033 = Path("/tmp/vllm033/src/vllm")
+
+
+def _run(*cmd: str, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "PY": sys.executable, **(env or {})})
+
+
+def _installed_vllm_dir() -> Path:
+    return Path(vllm.__file__).parent
+
+
+def _series_for_installed() -> Path:
+    from poot_vllm.cli import installed_vllm_version
+
+    version = installed_vllm_version() or ""
+    return REPO / "patches" / ("vllm-" + ".".join(version.split(".")[:2]))
+
+
+# --- the series --------------------------------------------------------------------------------
+
+
+def test_every_series_has_numbered_patches_with_a_header():
+    series = sorted((REPO / "patches").glob("vllm-*"))
+    assert series, "patches/vllm-X.Y/ missing"
+    for directory in series:
+        patches = sorted(directory.glob("*.patch"))
+        assert [p.name[:5] for p in patches] == [f"{i:04d}-" for i in range(1, len(patches) + 1)]
+        for patch in patches:
+            text = patch.read_text()
+            header = text[: text.index("\ndiff --git ")]
+            assert "Subject: [PATCH" in header and len(header.splitlines()) > 10, patch
+
+
+def test_series_applies_to_the_installed_vllm():
+    if not _series_for_installed().is_dir():
+        pytest.skip("no series for this vLLM version")
+    result = _run(str(SCRIPTS / "check-patches"))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "OK: the series applies cleanly" in result.stdout
+
+
+@pytest.mark.skipif(not VLLM033.is_dir(), reason="vLLM 0.33 sources not unpacked at /tmp/vllm033")
+def test_033_series_applies_to_the_033_sources():
+    result = _run(str(SCRIPTS / "check-patches"), "--vllm", str(VLLM033), "--series", "patches/vllm-0.33")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_check_patches_reports_a_moved_seam(tmp_path):
+    """A vLLM whose code moved under a hunk fails the check (nothing is modified)."""
+    series = _series_for_installed()
+    if not series.is_dir():
+        pytest.skip("no series for this vLLM version")
+    fake = tmp_path / "vllm"
+    touched = {line[6:] for p in series.glob("*.patch") for line in p.read_text().splitlines()
+               if line.startswith("+++ b/")}
+    for rel in touched:
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(_installed_vllm_dir().parent / rel, tmp_path / rel)
+    manager = tmp_path / "vllm/v1/structured_output/__init__.py"
+    manager.write_text(manager.read_text().replace('if backend == "xgrammar":', 'if backend in ("xgrammar",):'))
+    result = _run(str(SCRIPTS / "check-patches"), "--vllm", str(fake), "--series", str(series))
+    assert result.returncode == 1
+    assert "FAILED  0001-" in result.stdout and "ok      0002-" in result.stdout
+
+
+# --- stock vLLM: runtime hooks -----------------------------------------------------------------
+
+
+def test_stock_vllm_has_no_native_seam():
+    from poot_vllm import native
+    from poot_vllm.hooks import config_backend, engine_manager, request_fields, sampling_validation
+
+    if native.backend_registry() is not None:
+        pytest.skip("the installed vLLM carries patches/ (a fork)")
+    assert native.request_hook_point() is None
+    for hook in (config_backend, engine_manager, request_fields, sampling_validation):
+        assert hook.seam_present() is False, hook.__name__
+    assert native.register() == {"backend registry": False, "request hook": False}
+
+
+def test_describe_paths_names_the_path_and_each_hook():
+    from poot_vllm.hooks import describe_paths
+
+    stock = describe_paths({"config_backend": "applied", "cli_flag": "applied"})
+    assert stock.startswith("stock vLLM: runtime hooks")
+    fork = describe_paths({"config_backend": "native seam", "cli_flag": "applied"})
+    assert fork.startswith("patched vLLM: native seams + runtime hooks")
+    assert "native seam: config_backend" in fork and "applied: cli_flag" in fork
+    only = describe_paths({"config_backend": "native seam", "cli_flag": "disabled"})
+    assert only.startswith("patched vLLM: native seams only") and "disabled: cli_flag" in only
+
+
+# --- patched vLLM: native seams ----------------------------------------------------------------
+
+_CHILD = textwrap.dedent(
+    r"""
+    import json, sys
+    out = {}
+    import vllm
+    out["vllm_file"] = vllm.__file__
+
+    from poot_vllm.hooks import apply_all, HOOK_MODULES
+    out["status"] = apply_all(eager=True)
+
+    from vllm.config import StructuredOutputsConfig
+    from vllm.config.structured_outputs import structured_output_backend_names, get_structured_output_backend
+    out["names"] = list(structured_output_backend_names())
+    out["config_backend"] = StructuredOutputsConfig(backend="poot").backend
+    try:
+        StructuredOutputsConfig(backend="no-such-backend")
+    except Exception as exc:
+        out["unknown_backend_error"] = str(exc)
+
+    from vllm.sampling_params import SamplingParams, StructuredOutputsParams
+    from vllm.exceptions import VLLMValidationError
+    out["sampling_patched"] = hasattr(SamplingParams._validate_structured_outputs, "__poot_original__")
+
+    class ModelConfig:
+        is_diffusion = False
+        def get_vocab_size(self):
+            return len(tokenizer)
+
+    import os
+    from transformers import AutoTokenizer
+    tokenizer = AutoTokenizer.from_pretrained(os.environ["TINY_MODEL"])
+
+    def validate(max_tokens=16, **so):
+        params = SamplingParams(max_tokens=max_tokens, structured_outputs=StructuredOutputsParams(**so))
+        try:
+            params._validate_structured_outputs(ModelConfig(), StructuredOutputsConfig(backend="poot"), tokenizer)
+        except VLLMValidationError as exc:
+            return {"error": str(exc), "param": exc.parameter}
+        return {"backend": params.structured_outputs._backend}
+
+    out["valid_regex"] = validate(regex="[a-c]{2}")
+    out["bad_regex"] = validate(regex="(unclosed")
+    out["budget_too_small"] = validate(regex="[a-z]{40}", max_tokens=2)
+    out["budget_fits"] = validate(regex="[a-z]{40}", max_tokens=64)
+
+    from vllm.entrypoints.generate.base import protocol
+    from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+    from vllm.entrypoints.openai.completion.protocol import CompletionRequest
+    out["extract_patched"] = hasattr(ChatCompletionRequest.extract_structured_outputs, "__poot_original__")
+
+    def extract(cls, server_backend, **fields):
+        protocol.set_structured_outputs_server_backend(server_backend)
+        body = {"model": "m", **fields}
+        body.setdefault("messages" if cls is ChatCompletionRequest else "prompt",
+                        [{"role": "user", "content": "hi"}] if cls is ChatCompletionRequest else "hi")
+        try:
+            so = cls(**body).extract_structured_outputs()
+        except VLLMValidationError as exc:
+            return {"error": str(exc), "param": exc.parameter}
+        return {"regex": getattr(so, "regex", None), "choice": getattr(so, "choice", None), "none": so is None}
+
+    out["chat_guided_regex"] = extract(ChatCompletionRequest, "poot", guided_regex="[0-9]{3}")
+    out["completion_guided_choice"] = extract(CompletionRequest, "poot", guided_choice=["yes", "no"])
+    out["chat_bad_guided_regex"] = extract(ChatCompletionRequest, "poot", guided_regex="(unclosed")
+    out["other_server_backend"] = extract(ChatCompletionRequest, "xgrammar", guided_regex="[0-9]{3}")
+    out["plain_request"] = extract(ChatCompletionRequest, "poot")
+    from poot_vllm.hooks.state import poot_is_server_backend
+    protocol.set_structured_outputs_server_backend("poot")
+    out["poot_is_server_backend"] = poot_is_server_backend()
+
+    spec = get_structured_output_backend("poot")
+    from vllm.config.structured_outputs import _resolve
+    from vllm.v1.structured_output import StructuredOutputManager
+    from vllm.v1.structured_output.backend_types import StructuredOutputBackend
+    from poot_vllm.backend import PootBackend
+    out["factory_is_poot_backend"] = _resolve(spec.factory) is PootBackend
+    out["poot_overrides_compile_for_request"] = (
+        PootBackend.compile_grammar_for_request is not StructuredOutputBackend.compile_grammar_for_request)
+    out["manager_patched"] = hasattr(StructuredOutputManager.grammar_init, "__poot_original__")
+
+    # The engine path: the manager builds poot's backend from the registry and
+    # compiles through compile_grammar_for_request, which passes max_tokens.
+    from types import SimpleNamespace
+    from vllm.v1.structured_output.backend_types import StructuredOutputOptions
+    seen = {}
+    class Recorder(PootBackend):
+        def __init__(self, vllm_config, tokenizer, vocab_size):
+            self.vllm_config = vllm_config
+            seen["created"] = vocab_size
+        def compile_grammar(self, request_type, grammar_spec, stop_token_ids=None, max_new_tokens=None):
+            seen["compile"] = [request_type.name, grammar_spec, sorted(stop_token_ids or ()), max_new_tokens]
+            return "grammar"
+    from vllm.config.structured_outputs import register_structured_output_backend
+    register_structured_output_backend("poot", Recorder, override=True)
+    manager = StructuredOutputManager.__new__(StructuredOutputManager)
+    manager.backend = None
+    manager.backend_name = None
+    manager.tokenizer = None
+    manager._use_async_grammar_compilation = False
+    manager.vllm_config = SimpleNamespace(
+        model_config=SimpleNamespace(get_vocab_size=lambda: 321, max_model_len=2048))
+    so_params = StructuredOutputsParams(regex="a+")
+    so_params._backend = "poot"
+    from poot_vllm.budget import engine_token_budget
+    seen["expected_budget"] = engine_token_budget(17, 2048, 5)
+    request = SimpleNamespace(
+        request_id="r1",
+        num_prompt_tokens=5,
+        sampling_params=SimpleNamespace(structured_outputs=so_params, all_stop_token_ids={2}, max_tokens=17),
+        structured_output_request=SimpleNamespace(
+            structured_output_key=(StructuredOutputOptions.REGEX, "a+"), grammar=None),
+    )
+    manager.grammar_init(request)
+    out["engine"] = seen
+    out["engine_grammar"] = request.structured_output_request.grammar
+    print("RESULT " + json.dumps(out, default=str))
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def patched(tmp_path_factory):
+    """Results of the child script against a patched copy, runtime hooks disabled."""
+    if not _series_for_installed().is_dir():
+        pytest.skip("no series for this vLLM version")
+    tiny_model = Path(os.environ.get("POOT_MODELS_DIR", REPO / ".models")) / "tiny-llama-spm"
+    if not (tiny_model / "tokenizer_config.json").exists():
+        pytest.skip(f"tiny model missing: run scripts/make_tiny_models.py (wanted {tiny_model})")
+    out_dir = tmp_path_factory.mktemp("patched-vllm")
+    build = _run(str(SCRIPTS / "build-patched-vllm"), "--out", str(out_dir))
+    assert build.returncode == 0, build.stderr
+    assert build.stdout.strip().splitlines()[-1] == str(out_dir)
+    assert f"export PYTHONPATH={out_dir}" in build.stderr
+    child = _run(sys.executable, "-c", _CHILD, env={
+        "PYTHONPATH": os.pathsep.join([str(out_dir), str(REPO)]),
+        "POOT_DISABLE_HOOKS": "1",
+        "TINY_MODEL": str(tiny_model),
+    })
+    lines = [line for line in child.stdout.splitlines() if line.startswith("RESULT ")]
+    assert child.returncode == 0 and lines, child.stdout[-3000:] + child.stderr[-5000:]
+    result = json.loads(lines[-1][len("RESULT "):])
+    result["out_dir"] = str(out_dir)
+    return result
+
+
+def test_patched_copy_is_what_python_imports(patched):
+    assert patched["vllm_file"] == str(Path(patched["out_dir"]) / "vllm" / "__init__.py")
+    # the installed package is untouched
+    installed = (_installed_vllm_dir() / "config" / "structured_outputs.py").read_text()
+    assert "register_structured_output_backend" not in installed
+
+
+def test_every_seam_is_detected_and_nothing_is_monkeypatched(patched):
+    status = patched["status"]
+    for name in ("config_backend", "sampling_validation", "engine_manager", "request_fields"):
+        assert status[name] == "native seam", status
+    # no seam for these: with POOT_DISABLE_HOOKS=1 they are off
+    assert all(state == "disabled" for name, state in status.items()
+               if name not in ("config_backend", "sampling_validation", "engine_manager", "request_fields"))
+    assert not patched["sampling_patched"] and not patched["extract_patched"] and not patched["manager_patched"]
+
+
+def test_config_accepts_poot_and_names_the_choices_for_unknown_backends(patched):
+    assert patched["config_backend"] == "poot"
+    assert "poot" in patched["names"] and "xgrammar" in patched["names"]
+    error = patched["unknown_backend_error"]
+    assert "no-such-backend" in error and "poot" in error and "xgrammar" in error
+
+
+def test_sampling_validation_runs_poot_through_the_registry(patched):
+    assert patched["valid_regex"] == {"backend": "poot"}
+    assert patched["bad_regex"]["param"] == "structured_outputs"
+    assert patched["bad_regex"]["error"]
+
+
+def test_registry_validator_refuses_a_budget_no_conforming_reply_fits(patched):
+    """40 letters cannot fit in 2 tokens: a 400 on max_tokens, natively."""
+    assert patched["budget_too_small"]["param"] == "max_tokens", patched["budget_too_small"]
+    assert patched["budget_fits"] == {"backend": "poot"}
+
+
+def test_request_hook_maps_guided_fields_only_on_a_poot_server(patched):
+    assert patched["chat_guided_regex"]["regex"] == "[0-9]{3}"
+    assert json.loads(json.dumps(patched["completion_guided_choice"]["choice"])) == ["yes", "no"]
+    assert patched["chat_bad_guided_regex"]["param"] == "guided_regex"
+    assert patched["other_server_backend"]["none"] is True  # untouched: vLLM ignores guided_* there
+    assert patched["plain_request"]["none"] is True
+    assert patched["poot_is_server_backend"] is True
+
+
+def test_engine_builds_poot_from_the_registry_with_the_request_budget(patched):
+    assert patched["factory_is_poot_backend"] and patched["poot_overrides_compile_for_request"]
+    assert patched["engine"]["created"] == 321
+    budget = patched["engine"]["expected_budget"]
+    assert budget is not None  # max_tokens reaches poot: budget-aware masks work natively
+    assert patched["engine"]["compile"] == ["REGEX", "a+", [2], budget]
+    assert patched["engine_grammar"] == "grammar"
