@@ -66,13 +66,28 @@ def constraint_for(request_type: StructuredOutputOptions, grammar_spec: str) -> 
     return Constraint(kind, grammar_spec)
 
 
-def _warm_up() -> None:
+def _warm_up(vocab: TokenVocabulary | None = None) -> None:
     from poot_vllm.masks import warm_up
     from poot_vllm.regex.charsets import category
 
     warm_up()
     for letter in "dws":  # \d \w \s tables: ~0.3 s each, once per process
         category(letter)
+    if vocab is not None:
+        from poot_vllm.grammar.matcher import _CACHE
+        from poot_vllm.token_trie import TokenTrie
+
+        TokenTrie.build(vocab)   # ~0.5-2 s for 128k tokens; shared by every DFA compile
+        _CACHE.compiler(vocab)   # xgrammar's tokenizer tables for grammars / json_object
+
+
+def _cached_bytes(compiled: Any) -> int:
+    """What a compiled constraint costs the LRU: a DFA's masks and tables
+    (``nbytes``), or an xgrammar grammar's ``memory_bytes``."""
+    size = getattr(compiled, "nbytes", None)
+    if size is None:
+        size = getattr(compiled, "memory_bytes", 4096)
+    return int(size)
 
 
 #: (tensor, its numpy view): vLLM fills rows of one long-lived bitmask tensor,
@@ -101,10 +116,11 @@ class PootBackend(StructuredOutputBackend):
         self.num_speculative_tokens = int(getattr(spec, "num_speculative_tokens", 0) or 0) if spec else 0
         self._vocabs: dict[frozenset[int], TokenVocabulary] = {self.vocab.stop_ids: self.vocab}
         self._vocab_lock = threading.Lock()
-        self._compiled: ByteLRU[Any] = ByteLRU(self.limits.mask_cache_bytes, lambda v: int(getattr(v, "nbytes", 4096)))
+        self._compiled: ByteLRU[Any] = ByteLRU(self.limits.mask_cache_bytes, _cached_bytes)
         # Load (or JIT once per machine) the mask kernels and the process-wide
         # tables off the scheduler loop, so no request pays for them.
-        self.warm_up_thread = threading.Thread(target=_warm_up, name="poot-warm-up", daemon=True)
+        self.warm_up_thread = threading.Thread(target=_warm_up, args=(self.vocab,), name="poot-warm-up",
+                                                daemon=True)
         self.warm_up_thread.start()
         logger.info("poot backend ready: vocab size %d (%s tokenizer)", self.vocab.size, self.vocab.kind)
 

@@ -69,8 +69,13 @@ def clear_caches(engine: str, backend: Any) -> None:
     if engine == "poot":
         from poot_vllm import constraints
 
+        from poot_vllm.grammar.matcher import _CACHE
+
         backend._compiled.clear()
         constraints._automata.clear()
+        with _CACHE._lock:  # compiled grammars (the per-vocabulary compiler stays, like xgrammar's)
+            _CACHE._compiled.clear()
+            _CACHE._bytes = 0
     elif engine == "xgrammar":
         backend.compiler.clear_cache()
     elif engine == "outlines":

@@ -42,3 +42,25 @@ ws      ::= " "?
 def json_object_grammar() -> Grammar:
     """The grammar of one JSON object (see module docstring)."""
     return parse_gbnf(JSON_OBJECT_GBNF)
+
+
+_PLAIN_STRING_RULE = 'r_string ::= "\\"" r_char* "\\""'
+_FAST_STRING_RULES = (
+    'r_string ::= "\\"" r_string_rest\n'
+    'r_string_rest ::= ("\\"" | r_char r_string_rest) (= [ ,:\\]}])'
+)
+
+
+def json_object_runtime_ebnf(plain_ebnf: str) -> str:
+    """The xgrammar text poot runs for json_object: the same language, faster masks.
+
+    ``string ::= "\\"" char* "\\""`` makes xgrammar check every token that
+    contains a quote at run time (~60 ms per step inside a string with a 128k
+    vocabulary).  Written right-recursively with a lookahead on what can follow
+    a string here -- a space, ``,``, ``:``, ``]`` or ``}``, which is exactly the
+    grammar's follow set, so the language does not change -- xgrammar
+    precomputes those masks (~0.05 ms per step).
+    """
+    if _PLAIN_STRING_RULE not in plain_ebnf:
+        raise AssertionError("json_object grammar changed: update json_object_runtime_ebnf")
+    return plain_ebnf.replace(_PLAIN_STRING_RULE, _FAST_STRING_RULES)

@@ -123,12 +123,15 @@ def compile_pushdown(grammar: Grammar, vocab: Any, limits: Limits = DEFAULT_LIMI
     hit = _CACHE.get(key)
     if hit is not None:
         return hit
-    compiled = _CACHE.compiler(vocab).compile_grammar(ebnf)
     closing = None
+    runtime_ebnf = ebnf
     if ebnf == _json_object_ebnf():
         from .json_budget import closing_tables
+        from .json_object import json_object_runtime_ebnf
 
         closing = closing_tables(vocab)
+        runtime_ebnf = json_object_runtime_ebnf(ebnf)
+    compiled = _CACHE.compiler(vocab).compile_grammar(runtime_ebnf)
     result = CompiledPushdown(compiled, ebnf, vocab.size, frozenset(vocab.stop_ids), closing)
     _CACHE.put(key, result, limits.mask_cache_bytes)
     return result

@@ -254,8 +254,10 @@ class SchemaCompiler:
     # -- allOf / $ref merging ---------------------------------------------------
     def flatten(self, schema: Any, pointer: str, refs: tuple[str, ...]) -> tuple[Any, tuple[str, ...]]:
         """Inline top-level ``$ref`` and merge ``allOf`` into one schema (refs followed, for cycle checks)."""
-        if not isinstance(schema, dict):
+        if isinstance(schema, bool):
             return schema, ()
+        if not isinstance(schema, dict):
+            raise ConstraintSyntaxError(f"the schema at {pointer or '/'} must be an object or a boolean, got {type(schema).__name__}")
         followed: tuple[str, ...] = ()
         parts: list[Any] = []
         rest = {k: v for k, v in schema.items() if k not in ("$ref", "allOf")}
@@ -356,6 +358,8 @@ class SchemaCompiler:
         flat: list[tuple[Any, str, tuple[str, ...]]] = []
         for i, branch in enumerate(branches):
             where = f"{pointer}/{comb}/{i}"
+            if not isinstance(branch, (dict, bool)):
+                raise ConstraintSyntaxError(f"the schema at {where} must be an object or a boolean, got {type(branch).__name__}")
             if constraining:
                 merged, followed = self.flatten({"allOf": [rest, branch]}, where, refs)
                 flat.append((merged, where, followed))
