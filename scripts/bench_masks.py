@@ -248,6 +248,43 @@ def machine() -> str:
     return f"{cpu}, {os.cpu_count()} cores, {platform.system()} {platform.release()}, Python {platform.python_version()}"
 
 
+def _in_child(work, timeout_s: float) -> Result | None:
+    """``work()`` in a forked child (its abandoned threads die with it); its
+    Result, or None if it died or ran past ``timeout_s``."""
+    import pickle
+    import signal
+
+    r_fd, w_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: never returns
+        os.close(r_fd)
+        try:
+            with os.fdopen(w_fd, "wb") as out:
+                pickle.dump(work(), out)
+        finally:
+            os._exit(0)
+    os.close(w_fd)
+    deadline = time.monotonic() + timeout_s
+    data = b""
+    with os.fdopen(r_fd, "rb") as f:
+        os.set_blocking(f.fileno(), False)
+        while True:
+            chunk = f.read()
+            if chunk:
+                data += chunk
+            elif chunk == b"":  # EOF: the child closed the pipe (done or died)
+                break
+            if time.monotonic() > deadline:
+                os.kill(pid, signal.SIGKILL)
+                break
+            time.sleep(0.02)
+    os.waitpid(pid, 0)
+    try:
+        return pickle.loads(data)
+    except Exception:
+        return None
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="1 constraint per group, 32k + 128k, 24 steps")
@@ -258,6 +295,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--per-group", type=int, default=None, help="at most this many constraints per group")
     ap.add_argument("--steps", type=int, default=None, help="walk length cap (default 64; quick 24)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--child-timeout", type=float, default=60.0,
+                    help="seconds per constraint for outlines (run in a forked child)")
     ap.add_argument("--verbose", "-v", action="store_true", help="per-constraint progress on stderr")
     ap.add_argument("--json", type=Path, default=None, help="write all per-constraint results here")
     ap.add_argument("--markdown", type=Path, default=None, help="write the tables here")
@@ -303,18 +342,30 @@ def main(argv: list[str] | None = None) -> int:
             __import__("poot_vllm.vocabulary", fromlist=["x"]).TokenVocabulary.from_tokenizer(tok, size).token_bytes
         eos = int(tok.eos_token_id)
         results: list[Result] = []
-        # outlines' regex compiles that time out keep running in a background
-        # thread, stealing CPU from whatever runs next: give it its own pass last.
-        passes = [[e for e in args.engines if e != "outlines"], [e for e in args.engines if e == "outlines"]]
-        jobs = [(i, it, engines) for engines in passes if engines for i, it in enumerate(chosen)]
-        for i, it, engines in jobs:
-            spent = []
-            for e in engines:
+        # outlines' regex compiles that time out keep running (and allocating)
+        # in abandoned threads: run outlines last, each constraint in a forked
+        # child, so those threads die with it and neither slow nor crash the run.
+        def run_jobs(engines: list[str], emit) -> None:
+            for i, it in enumerate(chosen):
+                spent = []
+                for e in engines:
+                    t = time.perf_counter()
+                    emit(run_one(e, backends[e], it, vocab_name, token_bytes, eos, size, steps, args.seed + i))
+                    spent.append(f"{e} {time.perf_counter() - t:.1f}s")
+                if args.verbose:
+                    print(f"  [{i + 1}/{len(chosen)}] {it.id}: " + ", ".join(spent), file=sys.stderr, flush=True)
+
+        run_jobs([e for e in args.engines if e != "outlines"], results.append)
+        if "outlines" in args.engines:
+            for i, it in enumerate(chosen):
                 t = time.perf_counter()
-                results.append(run_one(e, backends[e], it, vocab_name, token_bytes, eos, size, steps, args.seed + i))
-                spent.append(f"{e} {time.perf_counter() - t:.1f}s")
-            if args.verbose:
-                print(f"  [{i + 1}/{len(chosen)}] {it.id}: " + ", ".join(spent), file=sys.stderr, flush=True)
+                r = _in_child(lambda: run_one("outlines", backends["outlines"], it, vocab_name, token_bytes, eos,
+                                              size, steps, args.seed + i), args.child_timeout)
+                results.append(r or Result("outlines", vocab_name, it.id, it.subset,
+                                           error="crashed: died or passed --child-timeout"))
+                if args.verbose:
+                    print(f"  [{i + 1}/{len(chosen)}] {it.id}: outlines {time.perf_counter() - t:.1f}s",
+                          file=sys.stderr, flush=True)
         all_results += results
 
         out_md.append(f"### {vocab_name} ({size} tokens)\n")
@@ -331,6 +382,10 @@ def main(argv: list[str] | None = None) -> int:
                               f"compile median {p['ttfm_med'] / x['ttfm_med']:.2f}x, compile max {p['ttfm_max']:.0f} ms\n")
                 n_lines += 1
         print("\n".join(out_md[-n_lines:]), flush=True)
+        if args.markdown:  # written after each vocabulary, so a crash keeps what was measured
+            args.markdown.write_text("\n".join(out_md) + "\n")
+        if args.json:
+            args.json.write_text(json.dumps([r.__dict__ for r in all_results]))
         for e, b in {id(b): (e, b) for e, b in backends.items()}.values():
             try:
                 b.destroy()

@@ -27,26 +27,40 @@ def spm_client(spm_server):
     return openai.OpenAI(base_url=spm_server.base_url, api_key="EMPTY", max_retries=0, timeout=120)
 
 
-def test_word_initial_token_carries_the_space(spm_client, spm_server):
-    r = spm_client.chat.completions.create(
-        model=spm_server.model, messages=[{"role": "user", "content": "hi"}], max_tokens=30, logprobs=True,
-        extra_body={"guided_regex": PATTERN},
-    )
-    entries = r.choices[0].logprobs.content
-    content_entries = [e for e in entries if e.token != "<|im_end|>"]
-    joined = b"".join(bytes(e.bytes) for e in content_entries).decode()
-    assert re.fullmatch(PATTERN, joined), joined
-    assert bytes(content_entries[0].bytes).startswith(b" "), content_entries[0]
-    # the reply text is the matched bytes, leading space included
-    assert r.choices[0].message.content == joined
-
-
-def test_tokenizer_decode_drops_the_leading_space_vllm_text_keeps_it(spm_client, spm_server):
+def _tokenizer_and_vocab():
     from transformers import AutoTokenizer
 
+    from poot_vllm.vocabulary import TokenVocabulary
     from tests.e2e.conftest import _models_dir
 
     tok = AutoTokenizer.from_pretrained(_models_dir() / "tiny-llama-spm")
+    return tok, TokenVocabulary.from_tokenizer(tok)
+
+
+@pytest.mark.parametrize("attempt", range(3))
+def test_word_initial_token_carries_the_space(spm_client, spm_server, attempt):
+    tok, vocab = _tokenizer_and_vocab()
+    r = spm_client.chat.completions.create(
+        model=spm_server.model, messages=[{"role": "user", "content": "hi"}], max_tokens=30, logprobs=True,
+        extra_body={"guided_regex": PATTERN, "return_token_ids": True},
+    )
+    choice = r.choices[0]
+    ids = list(choice.token_ids)
+    content = [(t, e) for t, e in zip(ids, choice.logprobs.content) if vocab.token_bytes[t] is not None]
+    # 1. the tokens the model emitted spell a string the regex matches, space included
+    emitted = b"".join(vocab.token_bytes[t] for t, _ in content).decode()
+    assert re.fullmatch(PATTERN, emitted), emitted
+    # 2. a word-initial piece's logprob entry carries its space
+    pieces = tok.convert_ids_to_tokens([t for t, _ in content])
+    for piece, (_, entry) in zip(pieces, content):
+        if piece.startswith("\u2581"):
+            assert bytes(entry.bytes).startswith(b" "), (piece, entry)
+    # 3. the reply text is the matched bytes, leading space included
+    assert choice.message.content == emitted
+
+
+def test_tokenizer_decode_drops_the_leading_space_vllm_text_keeps_it(spm_client, spm_server):
+    tok, _ = _tokenizer_and_vocab()
     r = spm_client.completions.create(
         model=spm_server.model, prompt="Say:", max_tokens=30, extra_body={"guided_regex": PATTERN,
                                                                             "return_token_ids": True},
