@@ -62,7 +62,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tokens", type=int, default=128, help="tokens decoded per request")
     ap.add_argument("--sequential", type=int, default=6, help="requests in the n=1 runs")
     ap.add_argument("--batch", type=int, default=16, help="concurrent requests in the batch runs")
-    ap.add_argument("--rounds", type=int, default=2, help="repeat each measurement, report the best")
+    ap.add_argument("--rounds", type=int, default=3, help="repeat each measurement, report the best")
+    ap.add_argument("--settle", type=float, default=15.0, help="seconds to wait after the warm-up requests")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args(argv)
 
@@ -74,6 +75,9 @@ def main(argv: list[str] | None = None) -> int:
         try:
             for regex in (None, FREE_TEXT_REGEX):  # warm up both paths (compile cache, kernels)
                 complete(server, 8, regex, 0)
+            # vLLM builds the structured-output backend at the first constrained
+            # request; let its background warm-up (poot: kernels, tables) finish.
+            time.sleep(args.settle)
             row = {}
             for label, conc, n in (("n=1", 1, args.sequential), (f"batch {args.batch}", args.batch, args.batch)):
                 # Interleave the modes round by round so load changes hit both alike.
