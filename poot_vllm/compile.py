@@ -12,13 +12,21 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from poot_vllm.automata.build import RANGE_BYTES, STATE_BYTES, Budget, byte_classes, finalize, regex_tree_to_dfa
+from poot_vllm.automata.build import (
+    RANGE_BYTES,
+    STATE_BYTES,
+    Budget,
+    byte_classes,
+    finalize,
+    regex_tree_matches,
+    regex_tree_to_dfa,
+)
 from poot_vllm.automata.dfa import DFA
 from poot_vllm.errors import LimitExceeded, PootError
 from poot_vllm.limits import DEFAULT_LIMITS, Limits
 from poot_vllm.regex.parser import parse
 
-__all__ = ["compile_regex", "compile_choice", "regex_escape", "regex_to_dfa", "compile_json_schema"]
+__all__ = ["compile_regex", "compile_choice", "regex_escape", "regex_to_dfa", "regex_matches", "compile_json_schema"]
 
 
 def _utf8_size(text: str) -> int:
@@ -43,6 +51,18 @@ def regex_to_dfa(pattern: str, limits: Limits = DEFAULT_LIMITS) -> DFA:
     the caller bounds with its own limit (``max_schema_regex_bytes``).
     """
     return regex_tree_to_dfa(parse(pattern), Budget(limits.max_automaton_bytes))
+
+
+def regex_matches(pattern: str, texts: Sequence[bytes], limits: Limits = DEFAULT_LIMITS) -> list[bool]:
+    """Whether each byte string is a whole match of a poot regex.
+
+    Linear in each text, and it never builds the whole DFA (only the states
+    on each text's path), so it works where the full DFA would pass
+    ``max_automaton_bytes``.  The one way poot matches user values against a
+    regex: Python's backtracking ``re`` is exponential on patterns like
+    ``(a+)+$``.
+    """
+    return regex_tree_matches(parse(pattern), list(texts), Budget(limits.max_automaton_bytes))
 
 
 _META = frozenset("\\.^$*+?{}[]|()")

@@ -220,107 +220,151 @@ def byte_classes(boundaries: "set[int]") -> tuple[np.ndarray, list[int]]:
 
 def regex_tree_to_dfa(node: ast.Node, budget: Budget) -> DFA:
     """Compile a parsed regex to a minimal trimmed DFA, charging ``budget``."""
-    if node == ast.NOTHING:
-        raise PootError(
-            "the regex matches no string: every alternative needs a character no UTF-8 text contains "
-            "(an empty class such as [^\\s\\S], or a lone surrogate)"
-        )
-    node = factor(node)
-    n_positions = ast.position_count(node)
-    budget.charge(POSITION_BYTES * n_positions, f"expanding counted repetitions to {n_positions} NFA positions")
-
-    class_index: dict[ast.Chars, int] = {}
-    _distinct_classes(node, class_index)
-    automata: list[CodepointAutomaton] = []
-    boundaries: set[int] = set()
-    for chars in class_index:
-        automaton = codepoint_automaton(chars.ranges)
-        budget.charge(
-            CLASS_STATE_BYTES * len(automaton.states) + CLASS_EDGE_BYTES * automaton.n_edges,
-            "building the UTF-8 automata of the character classes",
-        )
-        automata.append(automaton)
-        for edges in automaton.states:
-            for lo, hi, _ in edges:
-                boundaries.add(lo)
-                boundaries.add(hi + 1)
-    byte_to_class, class_starts = byte_classes(boundaries)
-
-    nfa = _Glushkov(budget, class_index)
-    nullable, first, last = nfa.build(node)
-    n = len(nfa.pos_class)
-    assert n == n_positions, (n, n_positions)
-    final = n  # the item that marks a state accepting
-    final_set = frozenset((final,))
-    nfa.link(last, final_set)
-    start_items = nfa.flat(first) | final_set if nullable else nfa.flat(first)
-
-    table, accepting = _subset_construction(
-        nfa, automata, byte_to_class, start_items, final, budget
-    )
-    return finalize(table, accepting, 0, byte_to_class)
+    nfa = _ByteNFA(node, budget)
+    table, accepting = _subset_construction(nfa, budget)
+    return finalize(table, accepting, 0, nfa.byte_to_class)
 
 
-def _subset_construction(
-    nfa: _Glushkov,
-    automata: list[CodepointAutomaton],
-    byte_to_class: np.ndarray,
-    start_items: frozenset[int],
-    final: int,
-    budget: Budget,
-) -> tuple[np.ndarray, np.ndarray]:
+def regex_tree_matches(node: ast.Node, texts: "list[bytes]", budget: Budget) -> list[bool]:
+    """Whether each byte string is matched (whole) by the parsed regex.
+
+    Runs the subset construction lazily along each text only: linear in the
+    text (times the NFA's width), and never builds the DFA's other states, so
+    a regex whose full DFA passes the budget can still be matched against a
+    few strings.  This is how poot checks user values (e.g. a JSON Schema
+    ``enum`` against the schema's other keywords) without a backtracking
+    engine.
+    """
+    nfa = _ByteNFA(node, budget)
+    b2c = nfa.byte_to_class.tolist()
+    results = []
+    for text in texts:
+        items = nfa.start_items
+        for byte in text:
+            items = nfa.step(items, b2c[byte])
+            if not items:
+                break
+        results.append(nfa.final in items)
+    return results
+
+
+class _ByteNFA:
+    """The Glushkov NFA of a regex over byte classes, with its item moves.
+
+    An *item* is a position about to be read (``< final``), the accept marker
+    (``final``), or a position part-way through a multi-byte character
+    (``> final``).  Moves are computed once per item and charged to the budget
+    (follow sets) as they are first needed.
+    """
+
+    def __init__(self, node: ast.Node, budget: Budget) -> None:
+        if node == ast.NOTHING:
+            raise PootError(
+                "the regex matches no string: every alternative needs a character no UTF-8 text contains "
+                "(an empty class such as [^\\s\\S], or a lone surrogate)"
+            )
+        node = factor(node)
+        n_positions = ast.position_count(node)
+        budget.charge(POSITION_BYTES * n_positions, f"expanding counted repetitions to {n_positions} NFA positions")
+
+        class_index: dict[ast.Chars, int] = {}
+        _distinct_classes(node, class_index)
+        automata: list[CodepointAutomaton] = []
+        boundaries: set[int] = set()
+        for chars in class_index:
+            automaton = codepoint_automaton(chars.ranges)
+            budget.charge(
+                CLASS_STATE_BYTES * len(automaton.states) + CLASS_EDGE_BYTES * automaton.n_edges,
+                "building the UTF-8 automata of the character classes",
+            )
+            automata.append(automaton)
+            for edges in automaton.states:
+                for lo, hi, _ in edges:
+                    boundaries.add(lo)
+                    boundaries.add(hi + 1)
+        self.byte_to_class, _ = byte_classes(boundaries)
+
+        nfa = _Glushkov(budget, class_index)
+        nullable, first, last = nfa.build(node)
+        n = len(nfa.pos_class)
+        assert n == n_positions, (n, n_positions)
+        self.final = final = n  # the item that marks a state accepting
+        final_set = frozenset((final,))
+        nfa.link(last, final_set)
+        self.start_items: frozenset[int] = nfa.flat(first) | final_set if nullable else nfa.flat(first)
+
+        b2c = self.byte_to_class.tolist()
+        # Edges of every (class, automaton state) in class indices, computed once.
+        self._class_edges: list[list[list[tuple[tuple[int, int], int]]]] = [
+            [[((b2c[lo], b2c[hi] + 1), target) for lo, hi, target in edges] for edges in automaton.states]
+            for automaton in automata
+        ]
+        self._pos_class = nfa.pos_class
+        self._follow = nfa.follow
+        self._budget = budget
+        self._follow_sets: dict[int, frozenset[int]] = {}
+        self._mid_items: dict[tuple[int, int], int] = {}  # (position, automaton state > 0) -> item id
+        self._mid_info: list[tuple[int, int]] = []
+        # item -> [((first class, end class), target item set)]
+        self._moves: dict[int, list[tuple[tuple[int, int], frozenset[int]]]] = {}
+
+    def _follow_set(self, p: int) -> frozenset[int]:
+        fs = self._follow_sets.get(p)
+        if fs is None:
+            contributions = self._follow[p]
+            if len(contributions) == 1:
+                fs = contributions[0]
+            else:
+                fs = frozenset().union(*contributions)
+                self._budget.charge(SET_ENTRY_BYTES * len(fs), "building the NFA's follow sets")
+            self._follow_sets[p] = fs
+        return fs
+
+    def moves(self, item: int) -> list[tuple[tuple[int, int], frozenset[int]]]:
+        """``[((first class, end class), target items)]`` of a (non-final) item."""
+        out = self._moves.get(item)
+        if out is not None:
+            return out
+        if item < self.final:
+            p, q = item, 0
+        else:
+            p, q = self._mid_info[item - self.final - 1]
+        out = []
+        for span, target in self._class_edges[self._pos_class[p]][q]:
+            if target == DONE:
+                out.append((span, self._follow_set(p)))
+            else:
+                key = (p, target)
+                mid = self._mid_items.get(key)
+                if mid is None:
+                    mid = self.final + 1 + len(self._mid_info)
+                    self._mid_info.append(key)
+                    self._mid_items[key] = mid
+                out.append((span, frozenset((mid,))))
+        self._moves[item] = out
+        return out
+
+    def step(self, items: frozenset[int], byte_class: int) -> frozenset[int]:
+        """The items after reading one byte of class ``byte_class``."""
+        targets = [
+            target
+            for item in items
+            if item != self.final
+            for (lo, end), target in self.moves(item)
+            if lo <= byte_class < end
+        ]
+        return frozenset().union(*targets)
+
+
+def _subset_construction(nfa: _ByteNFA, budget: Budget) -> tuple[np.ndarray, np.ndarray]:
     """Class-level table (n, n_classes) with -1 for dead, and accepting flags.
 
     A state's row is computed from its items' edges as class intervals
     (see :func:`_segments`), so a state pays for its edges, not for the
     number of byte classes (large with Unicode classes such as ``\\w``).
     """
-    b2c = byte_to_class.tolist()
-    # Edges of every (class, automaton state) in class indices, computed once.
-    class_edges: list[list[list[tuple[tuple[int, int], int]]]] = [
-        [[((b2c[lo], b2c[hi] + 1), target) for lo, hi, target in edges] for edges in automaton.states]
-        for automaton in automata
-    ]
-    pos_class = nfa.pos_class
-    follow = nfa.follow
-    follow_sets: dict[int, frozenset[int]] = {}
-    mid_items: dict[tuple[int, int], int] = {}  # (position, automaton state > 0) -> item id
-    mid_info: list[tuple[int, int]] = []
-    # item -> [((first class, end class), target item set)]
-    moves_cache: dict[int, list[tuple[tuple[int, int], frozenset[int]]]] = {}
-
-    def follow_set(p: int) -> frozenset[int]:
-        fs = follow_sets.get(p)
-        if fs is None:
-            contributions = follow[p]
-            if len(contributions) == 1:
-                fs = contributions[0]
-            else:
-                fs = frozenset().union(*contributions)
-                budget.charge(SET_ENTRY_BYTES * len(fs), "building the NFA's follow sets")
-            follow_sets[p] = fs
-        return fs
-
-    def moves(item: int) -> list[tuple[tuple[int, int], frozenset[int]]]:
-        if item < final:
-            p, q = item, 0
-        else:
-            p, q = mid_info[item - final - 1]
-        out = []
-        for span, target in class_edges[pos_class[p]][q]:
-            if target == DONE:
-                out.append((span, follow_set(p)))
-            else:
-                key = (p, target)
-                mid = mid_items.get(key)
-                if mid is None:
-                    mid = final + 1 + len(mid_info)
-                    mid_info.append(key)
-                    mid_items[key] = mid
-                out.append((span, frozenset((mid,))))
-        moves_cache[item] = out
-        return out
-
+    final = nfa.final
+    start_items = nfa.start_items
     state_ids: dict[frozenset[int], int] = {start_items: 0}
     subsets = [start_items]
     stage = "building the DFA"
@@ -339,10 +383,7 @@ def _subset_construction(
         for item in items:
             if item == final:
                 continue
-            mv = moves_cache.get(item)
-            if mv is None:
-                mv = moves(item)
-            for span, target in mv:
+            for span, target in nfa.moves(item):
                 bucket = buckets.get(span)
                 if bucket is None:
                     buckets[span] = [target]
@@ -367,7 +408,7 @@ def _subset_construction(
         budget.charge(RANGE_BYTES * ranges, stage)
         sid += 1
 
-    n_classes = int(byte_to_class[-1]) + 1
+    n_classes = int(nfa.byte_to_class[-1]) + 1
     table = np.full((len(subsets), n_classes), -1, dtype=np.int32)
     if seg_state:
         lo = np.asarray(seg_lo, dtype=np.int64)

@@ -27,6 +27,7 @@ logger = logging.getLogger("vllm.poot")
 HOOK_MODULES = (
     "config_backend",
     "cli_flag",
+    "app_state",
     "sampling_validation",
     "engine_manager",
     "request_fields",

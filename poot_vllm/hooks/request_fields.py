@@ -9,7 +9,8 @@ and before a streaming response starts, so a refusal is a real 400 for
 ``stream: true`` too.  The wrapper maps the fields with poot's precedence
 (requests.py), runs poot's full validation, and returns the
 ``StructuredOutputsParams`` the engine sees.  Only active when the server's
-backend is poot.
+backend is poot; where this process does not know the backend yet, the
+``guided_*`` fields are still carried to vLLM's validation, never dropped.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import dataclasses
 from typing import Any
 
 from poot_vllm.hooks import Hook, wrap
+from poot_vllm.requests import GUIDED_FIELDS
 
 #: Applied when the first of these vLLM modules is imported (hooks/when_imported.py).
 TRIGGERS = ("vllm.entrypoints.openai.chat_completion.protocol", "vllm.entrypoints.openai.completion.protocol")
@@ -72,8 +74,6 @@ def _check_native(params: Any, limits) -> None:
 
 def structured_outputs_for(request: Any, original) -> Any:
     """The engine-bound ``StructuredOutputsParams`` for a request (poot server)."""
-    from vllm.sampling_params import StructuredOutputsParams
-
     from poot_vllm.constraints import check
     from poot_vllm.errors import PootError
     from poot_vllm.hooks.sampling_validation import to_validation_error
@@ -98,8 +98,14 @@ def structured_outputs_for(request: Any, original) -> Any:
         check(constraint, limits)
     except PootError as exc:
         raise to_validation_error(exc.with_field(field), field) from None
+    return _params_with(request, params_kwargs(constraint), field)
+
+
+def _params_with(request: Any, kwargs: dict[str, Any], field: str) -> Any:
+    """The request's own ``structured_outputs`` with its constraint replaced by ``kwargs``."""
+    from vllm.sampling_params import StructuredOutputsParams
+
     base = getattr(request, "structured_outputs", None)
-    kwargs = params_kwargs(constraint)
     if base is None:
         params = StructuredOutputsParams(**kwargs)
     else:
@@ -111,17 +117,40 @@ def structured_outputs_for(request: Any, original) -> Any:
     return params
 
 
+#: ``guided_*`` field -> the ``StructuredOutputsParams`` field that carries it.
+_GUIDED_TO_PARAM = {"guided_choice": "choice", "guided_regex": "regex", "guided_grammar": "grammar", "guided_json": "json"}
+
+
+def structured_outputs_unknown_backend(request: Any, original) -> Any:
+    """``guided_*`` fields on a server whose backend this process does not know yet.
+
+    Dropping them would answer 200 with unconstrained text.  The first one
+    present (poot's precedence) becomes vLLM's own ``structured_outputs``
+    field, unchecked here: ``SamplingParams`` validation, which knows the
+    engine's real backend, then checks it (poot's full validation when that
+    backend is poot, the other backend's own otherwise).
+    """
+    fields = request.model_extra or {}
+    for field in GUIDED_FIELDS:
+        if fields.get(field) is not None:
+            return _params_with(request, {_GUIDED_TO_PARAM[field]: fields[field]}, field)
+    return original(request)
+
+
 def apply() -> None:
     from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
     from vllm.entrypoints.openai.completion.protocol import CompletionRequest
 
-    from poot_vllm.hooks.state import poot_is_server_backend
+    from poot_vllm.hooks.state import server_backend
 
     def make(orig):
-        def extract_structured_outputs(self):
-            if not poot_is_server_backend():
-                return orig(self)
-            return structured_outputs_for(self, orig)
+        def extract_structured_outputs(self, *args, **kwargs):
+            backend = server_backend()
+            if backend == "poot":
+                return structured_outputs_for(self, lambda request: orig(request, *args, **kwargs))
+            if backend is None:  # not known in this process yet: never drop a constraint
+                return structured_outputs_unknown_backend(self, lambda request: orig(request, *args, **kwargs))
+            return orig(self, *args, **kwargs)
 
         return extract_structured_outputs
 

@@ -77,6 +77,11 @@ def apply() -> None:
     def make(orig):
         def _validate_structured_outputs(self, model_config, structured_outputs_config, tokenizer):
             params = self.structured_outputs
+            if structured_outputs_config is not None:
+                # The engine's own config: the authoritative backend for this process's request hooks.
+                from poot_vllm.hooks.state import record_server_backend
+
+                record_server_backend(structured_outputs_config.backend, from_config=True)
             if structured_outputs_config is None or params is None or structured_outputs_config.backend != "poot":
                 return orig(self, model_config, structured_outputs_config, tokenizer)
             if getattr(model_config, "is_diffusion", False) or tokenizer is None:

@@ -1,9 +1,13 @@
 """What this process knows about the server it is part of.
 
-The API-server request hook must only reinterpret request fields when the
-server runs the poot backend; the backend name is known in the API-server
-process once vLLM's CLI parser has run (``cli_flag`` records it there) or
-from ``POOT_SERVER_BACKEND`` (set it when vLLM is started without its CLI).
+The API-server request hooks act on a request's fields only when the server
+runs the poot backend.  Every API-server process learns the backend from its
+engine's ``VllmConfig`` in ``init_app_state`` (``hooks/app_state.py``: the
+authoritative answer, scale-out children included); before that, vLLM's CLI
+parser (``cli_flag``) or ``POOT_SERVER_BACKEND`` may tell it.  Where none
+has, the backend is unknown (``None``) and ``request_fields`` still maps
+``guided_*`` fields, leaving the check to the validation step that knows the
+engine's real backend: a constraint is never dropped.
 """
 
 from __future__ import annotations
@@ -13,14 +17,17 @@ import os
 _server_backend: str | None = None
 
 
-def record_server_backend(name: str | None) -> None:
-    """Remember the backend a parsed ``vllm serve`` command line selected.
+def record_server_backend(name: str | None, *, from_config: bool = False) -> None:
+    """Remember the server's structured-output backend.
 
-    vLLM may parse other argument lists later in the same process (their
-    default backend is "auto"); a default never overrides a chosen backend.
+    From a parsed command line (``from_config=False``): vLLM may parse other
+    argument lists later in the same process (their default backend is
+    "auto"), so a default never overrides a chosen backend.  From the engine's
+    ``VllmConfig`` (``from_config=True``): that is what the engine runs, so it
+    always wins.
     """
     global _server_backend
-    if name and (name != "auto" or _server_backend is None):
+    if name and (from_config or name != "auto" or _server_backend is None):
         _server_backend = name
 
 

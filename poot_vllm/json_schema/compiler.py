@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from typing import Any, Iterable
 
 from poot_vllm.errors import ConstraintSyntaxError, LimitExceeded, PootError, UnsupportedConstruct
@@ -487,12 +486,16 @@ class SchemaCompiler:
             values = [v for v in values if json_type_of(v) in allowed]
         elif constraining:
             # Keep the values the other keywords accept: a value whose compact
-            # canonical text matches their (never wider) regex is valid.
-            others = re.compile(self.compile(rest, pointer, refs, depth + 1))
-            values = [
-                v for v in values
-                if others.fullmatch(json.dumps(v, ensure_ascii=False, sort_keys=True, separators=(",", ":")))
-            ]
+            # canonical text matches their (never wider) regex is valid.  The
+            # match runs on poot's own automaton (budgeted, linear in the
+            # value): Python's backtracking ``re`` over a user's pattern and
+            # values is exponential for patterns like ``^(a+)+$``.
+            from poot_vllm.compile import regex_matches
+
+            texts = [json.dumps(v, ensure_ascii=False, sort_keys=True, separators=(",", ":")) for v in values]
+            keep = regex_matches(self.compile(rest, pointer, refs, depth + 1),
+                                 [t.encode("utf-8", "surrogatepass") for t in texts], self.limits)
+            values = [v for v, ok in zip(values, keep) if ok]
         unique = list({json.dumps(v, sort_keys=True): v for v in values}.values())
         if not unique:
             raise refusal(keyword, pointer, "no value satisfies this keyword together with the schema's other keywords")

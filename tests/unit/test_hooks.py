@@ -186,6 +186,53 @@ def test_request_hook_inactive_for_other_backends(monkeypatch):
     assert _chat(guided_regex="a+").extract_structured_outputs() is None
 
 
+@pytest.fixture
+def unknown_backend(monkeypatch):
+    """A process that has not learned the server's backend (no CLI parse, no init_app_state yet)."""
+    from poot_vllm.hooks import state
+
+    monkeypatch.delenv("POOT_SERVER_BACKEND", raising=False)
+    monkeypatch.setattr(state, "_server_backend", None)
+
+
+def test_init_app_state_records_the_engines_backend(unknown_backend):
+    """Every API-server process (scale-out children too) learns the backend from its VllmConfig."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from vllm.entrypoints.launchers.api_server import app_state, entry
+
+    from poot_vllm.hooks.state import server_backend
+
+    assert original(app_state.init_app_state) is not app_state.init_app_state
+    assert entry.init_app_state is app_state.init_app_state  # the name vLLM's server calls
+    assert list(inspect.signature(original(app_state.init_app_state)).parameters)[:3] == [
+        "engine_client", "state", "args"]
+    client = SimpleNamespace(vllm_config=SimpleNamespace(
+        structured_outputs_config=SimpleNamespace(backend="poot")))
+    with pytest.raises(AttributeError):  # the fake args stop vLLM's own set-up right after the record
+        asyncio.run(app_state.init_app_state(client, SimpleNamespace(), SimpleNamespace()))
+    assert server_backend() == "poot"
+
+
+def test_unknown_backend_still_carries_guided_fields(unknown_backend):
+    """Never unconstrained: the field travels to the validation that knows the engine's backend."""
+    from vllm.config import StructuredOutputsConfig
+    from vllm.exceptions import VLLMValidationError
+    from vllm.sampling_params import SamplingParams
+
+    so = _chat(guided_regex="[0-9]+", response_format={"type": "json_object"}).extract_structured_outputs()
+    assert so.regex == "[0-9]+" and not so.json_object and so._poot_field == "guided_regex"
+    bad = _chat(guided_regex="(a").extract_structured_outputs()
+    sp = SamplingParams(structured_outputs=bad)
+    with pytest.raises(VLLMValidationError) as e:
+        sp._validate_structured_outputs(_ModelConfig(), StructuredOutputsConfig(backend="poot"), tokenizer=object())
+    assert e.value.parameter == "guided_regex"
+    from poot_vllm.hooks.state import server_backend
+
+    assert server_backend() == "poot"  # learned from the engine's config on the way
+
+
 def test_register_defers_hooks_until_their_module_is_imported():
     """register() in a worker imports no API-server module; the hook applies on import."""
     import subprocess

@@ -274,11 +274,11 @@ def test_patched_copy_is_what_python_imports(patched):
 
 def test_every_seam_is_detected_and_nothing_is_monkeypatched(patched):
     status = patched["status"]
-    for name in ("config_backend", "sampling_validation", "engine_manager", "request_fields"):
+    native = ("config_backend", "app_state", "sampling_validation", "engine_manager", "request_fields")
+    for name in native:
         assert status[name] == "native seam", status
     # no seam for these: with POOT_DISABLE_HOOKS=1 they are off
-    assert all(state == "disabled" for name, state in status.items()
-               if name not in ("config_backend", "sampling_validation", "engine_manager", "request_fields"))
+    assert all(state == "disabled" for name, state in status.items() if name not in native)
     assert not patched["sampling_patched"] and not patched["extract_patched"] and not patched["manager_patched"]
 
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from poot_vllm.compile import compile_regex, regex_escape
+from poot_vllm.compile import compile_regex, regex_escape, regex_matches
 from poot_vllm.errors import ConstraintSyntaxError, LimitExceeded, PootError, UnsupportedConstruct
 from poot_vllm.limits import Limits
 
@@ -317,8 +317,20 @@ def test_random_patterns_agree_with_re(tree: tuple, seed: int) -> None:
         s = sample(tree, rng)
         texts += [s, mutate(s, rng), mutate(mutate(s, rng), rng)]
     texts.append("".join(rng.choice(POOL) for _ in range(rng.randint(0, 6))))
-    for text in texts:
-        assert dfa.matches(text.encode("utf-8")) == bool(re.fullmatch(pattern, text)), (pattern, text)
+    lazy = regex_matches(pattern, [t.encode("utf-8") for t in texts])
+    for text, lazy_match in zip(texts, lazy):
+        expected = bool(re.fullmatch(pattern, text))
+        assert dfa.matches(text.encode("utf-8")) == expected, (pattern, text)
+        assert lazy_match == expected, ("lazy", pattern, text)
+
+
+def test_lazy_match_works_where_the_whole_dfa_passes_the_budget() -> None:
+    """regex_matches builds only the states on each text's path."""
+    pattern = "(a|b)*a(a|b){17}"
+    with pytest.raises(LimitExceeded):
+        compile_regex(pattern)
+    texts = ["a" + "b" * 17, "b" * 18, "ab" * 20, "a" * 18 + "c"]
+    assert regex_matches(pattern, [t.encode() for t in texts]) == [bool(re.fullmatch(pattern, t)) for t in texts]
 
 
 _JUNK = list("ab(){}[],120^$*+?|\\.-:P<>=!#dxé") + ["\\d", "(?:", "(?P<n>", "{1,2}", "[^"]

@@ -1,0 +1,81 @@
+"""vLLM's scale-out API server (``--api-server-count 2``) keeps every poot guarantee.
+
+With N API-server processes, vLLM parses the command line in the parent and
+serves from N children that never see the parser.  Before poot learned the
+backend from each process's engine config (``hooks/app_state.py``), every
+child answered ``guided_regex`` with unconstrained text and accepted an
+invalid regex with a 200.  Requests here go to the shared port, where the
+kernel spreads connections over both children; each test sends enough
+separate requests that both serve some.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import httpx
+import jsonschema
+import pytest
+
+from tests.e2e.conftest import _server
+from tests.e2e.test_hostile import reply_texts
+
+#: Separate connections per check: with 2 children, the chance that one child
+#: never gets a request is 2 * 2**-12.
+ROUNDS = 12
+
+
+@pytest.fixture(scope="module")
+def scale_out_server(request):
+    yield from _server(request, "tiny-llama-spm", "sentencepiece", ("--api-server-count", "2"))
+
+
+def _post(server, path: str, body: dict) -> httpx.Response:
+    # A fresh connection per request, so the kernel's SO_REUSEPORT balancing spreads them.
+    with httpx.Client(timeout=120) as http:
+        return http.post(server.base_url + path, json=body)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
+def test_guided_regex_is_enforced_by_every_api_server(scale_out_server, stream):
+    pattern = "(yes|no)-[0-9]{3}"
+    for i in range(ROUNDS):
+        endpoint = "chat" if i % 2 else "completions"
+        body = {"model": scale_out_server.model, "max_tokens": 30, "stream": stream, "guided_regex": pattern}
+        if endpoint == "chat":
+            body["messages"] = [{"role": "user", "content": "hi"}]
+            path = "/chat/completions"
+        else:
+            body["prompt"] = "hi"
+            path = "/completions"
+        resp = _post(scale_out_server, path, body)
+        assert resp.status_code == 200, resp.text[:300]
+        for text in reply_texts(resp, endpoint, stream):
+            assert re.fullmatch(pattern, text), (i, text[:120])
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
+def test_invalid_regex_is_a_400_from_every_api_server(scale_out_server, stream):
+    for i in range(ROUNDS):
+        body = {"model": scale_out_server.model, "prompt": "hi", "max_tokens": 5, "stream": stream,
+                "guided_regex": "(a"}
+        resp = _post(scale_out_server, "/completions", body)
+        assert resp.status_code == 400, (i, resp.text[:300])
+        assert resp.json()["error"]["param"] == "guided_regex"
+
+
+def test_schema_and_backtracking_input_on_every_api_server(scale_out_server):
+    schema = {"type": "object", "properties": {"code": {"type": "string", "pattern": "^(a+)+$",
+                                                        "enum": ["a" * 40 + "!", "aaaa"]},
+                                               "n": {"type": "integer", "minimum": 1, "maximum": 9}},
+              "required": ["code", "n"], "additionalProperties": False}
+    for i in range(ROUNDS // 2):
+        body = {"model": scale_out_server.model, "messages": [{"role": "user", "content": "hi"}],
+                "max_tokens": 60,
+                "response_format": {"type": "json_schema", "json_schema": {"name": "s", "schema": schema}}}
+        resp = _post(scale_out_server, "/chat/completions", body)
+        assert resp.status_code == 200, resp.text[:300]
+        value = json.loads(resp.json()["choices"][0]["message"]["content"])
+        jsonschema.validate(value, schema)
+    assert scale_out_server.healthy()
