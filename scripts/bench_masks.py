@@ -49,7 +49,7 @@ os.environ.setdefault("LLGUIDANCE_LOG_LEVEL", "0")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 warnings.filterwarnings("ignore")
 
-from poot_vllm.bench import BENCH_DATA, ENGINES, BenchItem, clear_caches, load_items, load_tokenizer, make_backend  # noqa: E402
+from _bench_backends import BENCH_DATA, ENGINES, BenchItem, clear_caches, load_items, load_tokenizer, make_backend  # noqa: E402
 
 GROUP_ORDER = ["Glaiveai2K", "Github_trivial", "Github_easy", "Github_medium", "Github_hard", "Github_ultra",
                "Snowplow", "Kubernetes", "WashingtonPost", "JsonSchemaStore", "MCPspec",
@@ -339,7 +339,7 @@ def main(argv: list[str] | None = None) -> int:
         gc.collect()
         gc.freeze()
         token_bytes = backends["poot"].vocab.token_bytes if "poot" in backends else \
-            __import__("poot_vllm.vocabulary", fromlist=["x"]).TokenVocabulary.from_tokenizer(tok, size).token_bytes
+            __import__("poot_vllm.core.vocabulary", fromlist=["x"]).TokenVocabulary.from_tokenizer(tok, size).token_bytes
         eos = int(tok.eos_token_id)
         results: list[Result] = []
         # outlines' regex compiles that time out keep running (and allocating)

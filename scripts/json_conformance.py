@@ -30,14 +30,14 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from poot_vllm.errors import PootError  # noqa: E402
-from poot_vllm.json_schema import schema_to_regex  # noqa: E402
-from poot_vllm.json_schema import charsets as cs  # noqa: E402
-from poot_vllm.json_schema.patterns import _Parser  # noqa: E402
-from poot_vllm.limits import DEFAULT_LIMITS  # noqa: E402
+from poot_vllm.core.errors import PootError  # noqa: E402
+from poot_vllm.core.json_schema import schema_to_regex  # noqa: E402
+from poot_vllm.core.json_schema import charsets as cs  # noqa: E402
+from poot_vllm.core.json_schema.patterns import _Parser  # noqa: E402
+from poot_vllm.core.limits import DEFAULT_LIMITS  # noqa: E402
 
 try:
-    from poot_vllm.compile import regex_to_dfa  # noqa: E402
+    from poot_vllm.core.automata.compilers import regex_to_dfa  # noqa: E402
 except ImportError:  # the regex engine is optional for this script
     regex_to_dfa = None
 

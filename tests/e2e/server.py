@@ -66,7 +66,7 @@ def backend_args(backend: str = "poot") -> list[str]:
     """The README's ``--guided-decoding-backend poot`` (poot's CLI hook); with the
     runtime hooks off (``POOT_DISABLE_HOOKS=1``, the patched-vLLM CI run) that
     flag does not exist and vLLM's own option names the backend."""
-    from poot_vllm.hooks import hooks_disabled
+    from poot_vllm.adapter.patches import hooks_disabled
 
     if hooks_disabled():
         return ["--structured-outputs-config.backend", backend]
@@ -80,7 +80,7 @@ def start_server(model_dir: Path, log_dir: Path, extra_args: list[str] = (), tim
     port = _free_port()
     log_path = log_dir / f"vllm-{model_dir.name}-{port}.log"
     cmd = [
-        sys.executable, "-m", "poot_vllm.cli", "serve", str(model_dir),
+        sys.executable, "-m", "poot_vllm.adapter.cli", "serve", str(model_dir),
         *backend_args(backend),
         "--host", "127.0.0.1", "--port", str(port),
         "--kv-cache-memory-bytes", "67108864",

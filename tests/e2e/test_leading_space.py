@@ -30,7 +30,7 @@ def spm_client(spm_server):
 def _tokenizer_and_vocab():
     from transformers import AutoTokenizer
 
-    from poot_vllm.vocabulary import TokenVocabulary
+    from poot_vllm.core.vocabulary import TokenVocabulary
     from tests.e2e.conftest import _models_dir
 
     tok = AutoTokenizer.from_pretrained(_models_dir() / "tiny-llama-spm")

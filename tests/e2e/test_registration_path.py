@@ -15,8 +15,8 @@ import pytest
 
 
 def _expected_path() -> str:
-    from poot_vllm import native
-    from poot_vllm.hooks import hooks_disabled
+    from poot_vllm.adapter import native
+    from poot_vllm.adapter.patches import hooks_disabled
 
     # The tests and the server import the same vLLM (same PYTHONPATH).
     if native.backend_registry() is None:

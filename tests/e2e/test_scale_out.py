@@ -2,7 +2,7 @@
 
 With N API-server processes, vLLM parses the command line in the parent and
 serves from N children that never see the parser.  Before poot learned the
-backend from each process's engine config (``hooks/app_state.py``), every
+backend from each process's engine config (``adapter/patches/app_state.py``), every
 child answered ``guided_regex`` with unconstrained text and accepted an
 invalid regex with a 200.  Requests here go to the shared port, where the
 kernel spreads connections over both children; each test sends enough

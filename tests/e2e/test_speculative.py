@@ -3,7 +3,7 @@ engine-core faults that must end only their own request.
 
 One server, started here with
 ``--speculative-config '{"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3}'``,
-``POOT_TEST_FAULTS=1`` (test-only fault injection, see poot_vllm/faults.py) and
+``POOT_TEST_FAULTS=1`` (test-only fault injection, see poot_vllm/core/faults.py) and
 a small ``POOT_MAX_MASK_WORK`` (so the mask-work refusal is reachable with the
 tiny model's 3k-token vocabulary).  Prompts repeat the text the constraint
 forces, so the ngram proposer drafts tokens the grammar must validate

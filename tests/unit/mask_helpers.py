@@ -18,11 +18,11 @@ from pathlib import Path
 import numpy as np
 
 try:
-    from poot_vllm.automata.dfa import DFA as _RealDFA
+    from poot_vllm.core.automata.dfa import DFA as _RealDFA
 except Exception:  # not written yet
     _RealDFA = None
 try:
-    from poot_vllm.vocabulary import TokenVocabulary as _RealVocab
+    from poot_vllm.core.vocabulary import TokenVocabulary as _RealVocab
 except Exception:
     _RealVocab = None
 

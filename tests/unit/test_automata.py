@@ -11,14 +11,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from poot_vllm.automata.build import Budget, regex_tree_to_dfa
-from poot_vllm.automata.dfa import DFA
-from poot_vllm.automata.utf8 import codepoint_automaton
-from poot_vllm.compile import compile_regex, regex_escape, regex_to_dfa
-from poot_vllm.errors import ConstraintSyntaxError, LimitExceeded
-from poot_vllm.limits import Limits
-from poot_vllm.regex import parse
-from poot_vllm.regex import charsets as cs
+from poot_vllm.core.automata.build import Budget, regex_tree_to_dfa
+from poot_vllm.core.automata.dfa import DFA
+from poot_vllm.core.automata.utf8 import codepoint_automaton
+from poot_vllm.core.automata.compilers import compile_regex, regex_escape, regex_to_dfa
+from poot_vllm.core.errors import ConstraintSyntaxError, LimitExceeded
+from poot_vllm.core.limits import Limits
+from poot_vllm.core.regex import parse
+from poot_vllm.core.regex import charsets as cs
 
 PATTERNS = [
     "",

@@ -13,9 +13,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from poot_vllm.budget import ReplyDoesNotFit, check_reply_fits, engine_token_budget, shortest_dfa_reply, shortest_reply
-from poot_vllm.constraints import Constraint, Kind, compile_automaton
-from poot_vllm.masks import UNREACHABLE, DFAMaskIndex
+from poot_vllm.core.budget import ReplyDoesNotFit, check_reply_fits, engine_token_budget, shortest_dfa_reply, shortest_reply
+from poot_vllm.core.constraints import Constraint, Kind, compile_automaton
+from poot_vllm.core.masks import UNREACHABLE, DFAMaskIndex
 from tests.unit.mask_helpers import allowed_set, brute_min_tokens, make_vocab, random_dfa, random_vocab
 
 FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -61,7 +61,7 @@ def test_shortest_reply_of_real_constraints_with_a_multibyte_vocabulary():
 def test_dfa_budget_follows_speculative_rollback(seed, slack, data):
     """After accepting draft tokens and rolling some back, the budget mask is
     the one a matcher that only ever saw the kept tokens would give."""
-    from poot_vllm.matcher import DFAMatcher
+    from poot_vllm.core.matchers.dfa import DFAMatcher
 
     rng = random.Random(seed)
     dfa = random_dfa(rng, ALPHABET, rng.randint(1, 7))
@@ -123,9 +123,10 @@ def test_engine_budget_is_capped_by_the_context(max_tokens, max_model_len, promp
 
 xgr = pytest.importorskip("xgrammar")
 
-from poot_vllm.grammar import PushdownMatcher, compile_pushdown, json_object_grammar  # noqa: E402
-from poot_vllm.grammar.json_budget import JsonCloser, closing_tables, shortest_object_tokens  # noqa: E402
-from poot_vllm.vocabulary import TokenVocabulary  # noqa: E402
+from poot_vllm.core.grammar import json_object_grammar
+from poot_vllm.core.matchers.pushdown import PushdownMatcher, compile_pushdown  # noqa: E402
+from poot_vllm.core.grammar.json_budget import JsonCloser, closing_tables, shortest_object_tokens  # noqa: E402
+from poot_vllm.core.vocabulary import TokenVocabulary  # noqa: E402
 
 MULTI = [b'{}', b'"}', b'}}', b']}', b'"a":', b'true', b', "', b'[[', b'{"', b'":"', b'"]', b'null}', b'\\u00',
          b'0,', b'1.5e', b'\xe2\x82', b'ab', b' {', b'"x": [']

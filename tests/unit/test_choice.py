@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from poot_vllm.compile import compile_choice, compile_regex, regex_escape
-from poot_vllm.errors import LimitExceeded, PootError
-from poot_vllm.limits import Limits
+from poot_vllm.core.automata.compilers import compile_choice, compile_regex, regex_escape
+from poot_vllm.core.errors import LimitExceeded, PootError
+from poot_vllm.core.limits import Limits
 
 from tests.unit.test_automata import check_invariants
 

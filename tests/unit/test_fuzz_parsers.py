@@ -16,11 +16,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from poot_vllm.compile import compile_json_schema, compile_regex
-from poot_vllm.errors import PootError
-from poot_vllm.grammar import parse_gbnf
-from poot_vllm.json_schema import schema_to_regex
-from poot_vllm.limits import Limits
+from poot_vllm.core.automata.compilers import compile_regex
+from poot_vllm.core.json_schema import compile_json_schema
+from poot_vllm.core.errors import PootError
+from poot_vllm.core.grammar import parse_gbnf
+from poot_vllm.core.json_schema import schema_to_regex
+from poot_vllm.core.limits import Limits
 
 FUZZ = settings(max_examples=300, deadline=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])

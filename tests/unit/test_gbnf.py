@@ -12,12 +12,12 @@ import sys
 
 import pytest
 
-from poot_vllm.errors import ConstraintSyntaxError, LimitExceeded, PootError
-from poot_vllm.grammar.emit import grammar_to_xgrammar_ebnf
-from poot_vllm.grammar.gbnf import (
+from poot_vllm.core.errors import ConstraintSyntaxError, LimitExceeded, PootError
+from poot_vllm.core.grammar.emit import grammar_to_xgrammar_ebnf
+from poot_vllm.core.grammar.gbnf import (
     Alternation, CharClass, Grammar, Literal, Repeat, RuleRef, Rule, Sequence, grammar_cost, parse_gbnf,
 )
-from poot_vllm.limits import DEFAULT_LIMITS, Limits
+from poot_vllm.core.limits import DEFAULT_LIMITS, Limits
 
 BAD = [
     # (grammar, error type, fragments the message must contain)
@@ -115,7 +115,7 @@ def _rename(grammar: Grammar, mapping) -> Grammar:
 @pytest.mark.parametrize("text", GOOD)
 def test_good_grammar_round_trips_through_the_emitted_text(text):
     """The emitted xgrammar text is itself valid GBNF and parses back to the same AST."""
-    from poot_vllm.grammar.emit import rule_name
+    from poot_vllm.core.grammar.emit import rule_name
 
     grammar = parse_gbnf(text)
     emitted = grammar_to_xgrammar_ebnf(grammar)
@@ -136,7 +136,7 @@ def test_ast_shapes():
 
 
 def test_parser_does_not_import_xgrammar():
-    code = ("import sys; from poot_vllm.grammar import parse_gbnf, json_object_grammar, grammar_to_xgrammar_ebnf;"
+    code = ("import sys; from poot_vllm.core.grammar import parse_gbnf, json_object_grammar, grammar_to_xgrammar_ebnf;"
             "grammar_to_xgrammar_ebnf(parse_gbnf('root ::= \"a\"')); json_object_grammar();"
             "assert 'xgrammar' not in sys.modules and 'torch' not in sys.modules and 'vllm' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)

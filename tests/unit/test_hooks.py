@@ -8,7 +8,7 @@ import pytest
 
 vllm = pytest.importorskip("vllm")
 
-from poot_vllm.hooks import HOOK_MODULES, all_hooks, apply_all, original  # noqa: E402
+from poot_vllm.adapter.patches import HOOK_MODULES, all_hooks, apply_all, original  # noqa: E402
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -24,13 +24,13 @@ def test_entry_point_in_vllm_plugin_group():
     from vllm.plugins import DEFAULT_PLUGINS_GROUP
 
     eps = {e.name: e.value for e in entry_points(group=DEFAULT_PLUGINS_GROUP)}
-    assert eps.get("poot") == "poot_vllm.plugin:register"
+    assert eps.get("poot") == "poot_vllm.adapter.plugin:register"
 
 
 def test_register_is_idempotent():
     from vllm.sampling_params import SamplingParams
 
-    from poot_vllm.plugin import register
+    from poot_vllm.adapter.plugin import register
 
     before = SamplingParams._validate_structured_outputs
     register()
@@ -40,7 +40,7 @@ def test_register_is_idempotent():
 
 def test_every_hook_documents_itself():
     for hook in all_hooks():
-        assert hook.what and hook.why and hook.versions and hook.until, hook
+        assert hook.what and hook.why and hook.versions and hook.until and hook.process and hook.upstream, hook
 
 
 def test_config_accepts_poot_and_still_rejects_unknown():
@@ -68,7 +68,7 @@ def _serve_parser():
     ],
 )
 def test_cli_forms_select_poot(argv):
-    from poot_vllm.hooks.state import server_backend
+    from poot_vllm.adapter.server_state import server_backend
 
     args = _serve_parser().parse_args(argv)
     assert args.structured_outputs_config.backend == "poot"
@@ -189,7 +189,7 @@ def test_request_hook_inactive_for_other_backends(monkeypatch):
 @pytest.fixture
 def unknown_backend(monkeypatch):
     """A process that has not learned the server's backend (no CLI parse, no init_app_state yet)."""
-    from poot_vllm.hooks import state
+    from poot_vllm.adapter import server_state as state
 
     monkeypatch.delenv("POOT_SERVER_BACKEND", raising=False)
     monkeypatch.setattr(state, "_server_backend", None)
@@ -202,7 +202,7 @@ def test_init_app_state_records_the_engines_backend(unknown_backend):
 
     from vllm.entrypoints.launchers.api_server import app_state, entry
 
-    from poot_vllm.hooks.state import server_backend
+    from poot_vllm.adapter.server_state import server_backend
 
     assert original(app_state.init_app_state) is not app_state.init_app_state
     assert entry.init_app_state is app_state.init_app_state  # the name vLLM's server calls
@@ -228,7 +228,7 @@ def test_unknown_backend_still_carries_guided_fields(unknown_backend):
     with pytest.raises(VLLMValidationError) as e:
         sp._validate_structured_outputs(_ModelConfig(), StructuredOutputsConfig(backend="poot"), tokenizer=object())
     assert e.value.parameter == "guided_regex"
-    from poot_vllm.hooks.state import server_backend
+    from poot_vllm.adapter.server_state import server_backend
 
     assert server_backend() == "poot"  # learned from the engine's config on the way
 
@@ -243,9 +243,9 @@ def test_register_defers_hooks_until_their_module_is_imported():
         import sys, json
         import vllm.engine.arg_utils, vllm.sampling_params
         before = set(sys.modules)
-        from poot_vllm.plugin import register
+        from poot_vllm.adapter.plugin import register
         register()
-        from poot_vllm.hooks import hook_status
+        from poot_vllm.adapter.patches import hook_status
         status = hook_status()
         new = sorted(m for m in set(sys.modules) - before if m.startswith("vllm."))
         from vllm.entrypoints.openai.completion.protocol import CompletionRequest
@@ -259,3 +259,14 @@ def test_register_defers_hooks_until_their_module_is_imported():
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["new"] == [], result["new"]
     assert (result["before"], result["after"], result["patched"]) == ("deferred", "applied", True)
+
+
+def test_vocab_size_reads_the_model_config():
+    """The mask-work estimate needs the vocabulary size; a config without one skips it."""
+    from types import SimpleNamespace
+
+    from poot_vllm.adapter.validation import vocab_size
+
+    assert vocab_size(SimpleNamespace(get_vocab_size=lambda: 321)) == 321
+    assert vocab_size(SimpleNamespace()) is None
+    assert vocab_size(SimpleNamespace(get_vocab_size=lambda: None)) is None

@@ -17,8 +17,9 @@ from hypothesis import strategies as st
 
 pytest.importorskip("xgrammar")
 
-from poot_vllm.grammar import PushdownMatcher, compile_pushdown, json_object_grammar  # noqa: E402
-from poot_vllm.vocabulary import TokenVocabulary  # noqa: E402
+from poot_vllm.core.grammar import json_object_grammar
+from poot_vllm.core.matchers.pushdown import PushdownMatcher, compile_pushdown  # noqa: E402
+from poot_vllm.core.vocabulary import TokenVocabulary  # noqa: E402
 
 STOP = 256
 BYTE_VOCAB = TokenVocabulary(tuple([bytes([b]) for b in range(256)] + [None]), frozenset({STOP}), 257, "raw")

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from poot_vllm.json_schema.ranges import integer_range_regex
+from poot_vllm.core.json_schema.ranges import integer_range_regex
 
 BIG = 2**70
 

@@ -21,9 +21,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from poot_vllm.errors import ConstraintSyntaxError, LimitExceeded, PootError, UnsupportedConstruct
-from poot_vllm.json_schema import schema_to_regex
-from poot_vllm.limits import Limits
+from poot_vllm.core.errors import ConstraintSyntaxError, LimitExceeded, PootError, UnsupportedConstruct
+from poot_vllm.core.json_schema import schema_to_regex
+from poot_vllm.core.limits import Limits
 
 _spec = importlib.util.spec_from_file_location("json_conformance", Path(__file__).resolve().parents[2] / "scripts" / "json_conformance.py")
 conformance = importlib.util.module_from_spec(_spec)
@@ -31,7 +31,8 @@ sys.modules["json_conformance"] = conformance
 _spec.loader.exec_module(conformance)
 
 try:  # poot's own DFA builder
-    from poot_vllm.compile import compile_json_schema, regex_to_dfa
+    from poot_vllm.core.automata.compilers import regex_to_dfa
+    from poot_vllm.core.json_schema import compile_json_schema
 except ImportError:  # pragma: no cover - only while the regex engine is missing
     compile_json_schema = regex_to_dfa = None
 
@@ -115,7 +116,7 @@ def test_all_optional_keys_are_comma_correct():
 
 
 def test_first_key_window_narrowing():
-    from poot_vllm.json_schema.compiler import FIRST_KEY_WINDOW
+    from poot_vllm.core.json_schema.compiler import FIRST_KEY_WINDOW
 
     keys = [f"k{i:02}" for i in range(FIRST_KEY_WINDOW + 4)]
     m = matcher({"type": "object", "properties": {k: {"type": "null"} for k in keys}})

@@ -11,13 +11,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mask_helpers import random_dfa, random_vocab, walk
-from poot_vllm.compile import compile_regex
-from poot_vllm.constraints import check_mask_work
-from poot_vllm.errors import LimitExceeded, PootError
-from poot_vllm.grammar import grammar_cost, parse_gbnf
-from poot_vllm.grammar.gbnf import CharClass, class_cost
-from poot_vllm.limits import Limits
-from poot_vllm.masks import TRIE_NODES_PER_TOKEN, WIDE_STATE_BYTES, DFAMaskIndex, estimate_mask_work
+from poot_vllm.core.automata.compilers import compile_regex
+from poot_vllm.core.constraints import check_mask_work
+from poot_vllm.core.errors import LimitExceeded, PootError
+from poot_vllm.core.grammar import grammar_cost, parse_gbnf
+from poot_vllm.core.grammar.gbnf import CharClass, class_cost
+from poot_vllm.core.limits import Limits
+from poot_vllm.core.masks import TRIE_NODES_PER_TOKEN, WIDE_STATE_BYTES, DFAMaskIndex, estimate_mask_work
 
 ALPHABET = b"abc"
 

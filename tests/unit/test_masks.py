@@ -23,9 +23,9 @@ from mask_helpers import (
     random_vocab,
     walk,
 )
-from poot_vllm.errors import PootError
-from poot_vllm.masks import UNREACHABLE, DFAMaskIndex, warm_up
-from poot_vllm.token_trie import TokenTrie
+from poot_vllm.core.errors import PootError
+from poot_vllm.core.masks import UNREACHABLE, DFAMaskIndex, warm_up
+from poot_vllm.core.token_trie import TokenTrie
 
 ALPHABET = b"abc"
 LLAMA3 = Path("/work/shared/bench-data/vocab/llama3-bpe-128k/tokenizer.json")
@@ -201,7 +201,7 @@ JSON_ISH = r'\{"name": "[^"\\]{1,40}", "age": [0-9]{1,3}, "tags": \[("[a-z]{1,10
 def speed_dfas():
     """(name, DFA) pairs: the project's compile_regex if present, else chain DFAs."""
     try:
-        from poot_vllm.compile import compile_regex
+        from poot_vllm.core.automata.compilers import compile_regex
     except ImportError:
         text = bytes(b for b in range(0x20, 0x7F) if b not in b'"\\')
         lit = lambda s: [(bytes([c]), 1, 1) for c in s.encode()]  # noqa: E731

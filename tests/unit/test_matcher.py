@@ -21,9 +21,9 @@ from mask_helpers import (
     random_vocab,
     walk,
 )
-from poot_vllm.errors import PootError
-from poot_vllm.masks import DFAMaskIndex
-from poot_vllm.matcher import DFAMatcher
+from poot_vllm.core.errors import PootError
+from poot_vllm.core.masks import DFAMaskIndex
+from poot_vllm.core.matchers.dfa import DFAMatcher
 
 ALPHABET = b"abc"
 FAST = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])

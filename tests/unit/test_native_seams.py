@@ -38,7 +38,7 @@ def _installed_vllm_dir() -> Path:
 
 
 def _series_for_installed() -> Path:
-    from poot_vllm.cli import installed_vllm_version
+    from poot_vllm.adapter.cli import installed_vllm_version
 
     version = installed_vllm_version() or ""
     return REPO / "patches" / ("vllm-" + ".".join(version.split(".")[:2]))
@@ -95,8 +95,8 @@ def test_check_patches_reports_a_moved_seam(tmp_path):
 
 
 def test_stock_vllm_has_no_native_seam():
-    from poot_vllm import native
-    from poot_vllm.hooks import config_backend, engine_manager, request_fields, sampling_validation
+    from poot_vllm.adapter import native
+    from poot_vllm.adapter.patches import config_backend, engine_manager, request_fields, sampling_validation
 
     if native.backend_registry() is not None:
         pytest.skip("the installed vLLM carries patches/ (a fork)")
@@ -107,7 +107,7 @@ def test_stock_vllm_has_no_native_seam():
 
 
 def test_describe_paths_names_the_path_and_each_hook():
-    from poot_vllm.hooks import describe_paths
+    from poot_vllm.adapter.patches import describe_paths
 
     stock = describe_paths({"config_backend": "applied", "cli_flag": "applied"})
     assert stock.startswith("stock vLLM: runtime hooks")
@@ -127,7 +127,7 @@ _CHILD = textwrap.dedent(
     import vllm
     out["vllm_file"] = vllm.__file__
 
-    from poot_vllm.hooks import apply_all, HOOK_MODULES
+    from poot_vllm.adapter.patches import apply_all, HOOK_MODULES
     out["status"] = apply_all(eager=True)
 
     from vllm.config import StructuredOutputsConfig
@@ -186,7 +186,7 @@ _CHILD = textwrap.dedent(
     out["chat_bad_guided_regex"] = extract(ChatCompletionRequest, "poot", guided_regex="(unclosed")
     out["other_server_backend"] = extract(ChatCompletionRequest, "xgrammar", guided_regex="[0-9]{3}")
     out["plain_request"] = extract(ChatCompletionRequest, "poot")
-    from poot_vllm.hooks.state import poot_is_server_backend
+    from poot_vllm.adapter.server_state import poot_is_server_backend
     protocol.set_structured_outputs_server_backend("poot")
     out["poot_is_server_backend"] = poot_is_server_backend()
 
@@ -194,7 +194,7 @@ _CHILD = textwrap.dedent(
     from vllm.config.structured_outputs import _resolve
     from vllm.v1.structured_output import StructuredOutputManager
     from vllm.v1.structured_output.backend_types import StructuredOutputBackend
-    from poot_vllm.backend import PootBackend
+    from poot_vllm.adapter.backend import PootBackend
     out["factory_is_poot_backend"] = _resolve(spec.factory) is PootBackend
     out["poot_overrides_compile_for_request"] = (
         PootBackend.compile_grammar_for_request is not StructuredOutputBackend.compile_grammar_for_request)
@@ -223,7 +223,7 @@ _CHILD = textwrap.dedent(
         model_config=SimpleNamespace(get_vocab_size=lambda: 321, max_model_len=2048))
     so_params = StructuredOutputsParams(regex="a+")
     so_params._backend = "poot"
-    from poot_vllm.budget import engine_token_budget
+    from poot_vllm.core.budget import engine_token_budget
     seen["expected_budget"] = engine_token_budget(17, 2048, 5)
     request = SimpleNamespace(
         request_id="r1",

@@ -21,9 +21,10 @@ from hypothesis import strategies as st
 pytest.importorskip("xgrammar")
 lark = pytest.importorskip("lark")
 
-from poot_vllm.grammar import PushdownMatcher, compile_pushdown, parse_gbnf  # noqa: E402
-from poot_vllm.grammar.gbnf import Alternation, CharClass, Literal, Repeat, RuleRef, Sequence  # noqa: E402
-from poot_vllm.vocabulary import TokenVocabulary  # noqa: E402
+from poot_vllm.core.grammar import parse_gbnf
+from poot_vllm.core.matchers.pushdown import PushdownMatcher, compile_pushdown  # noqa: E402
+from poot_vllm.core.grammar.gbnf import Alternation, CharClass, Literal, Repeat, RuleRef, Sequence  # noqa: E402
+from poot_vllm.core.vocabulary import TokenVocabulary  # noqa: E402
 
 BENCH = Path("/work/shared/bench-data/grammar.jsonl")
 LLAMA3 = Path("/work/shared/bench-data/vocab/llama3-bpe-128k/tokenizer.json")
@@ -370,7 +371,7 @@ def _llama3_vocab() -> TokenVocabulary:
 @pytest.mark.skipif(not LLAMA3.exists(), reason="bench vocabulary missing")
 def test_compile_size_and_time_with_a_128k_vocabulary(capsys):
     """Sanity numbers (printed, not asserted) for the table's grammars at 128k tokens."""
-    from poot_vllm.grammar import json_object_grammar
+    from poot_vllm.core.grammar import json_object_grammar
 
     vocab = _llama3_vocab()
     assert vocab.size >= 128000

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from poot_vllm.compile import compile_regex, regex_escape, regex_matches
-from poot_vllm.errors import ConstraintSyntaxError, LimitExceeded, PootError, UnsupportedConstruct
-from poot_vllm.limits import Limits
+from poot_vllm.core.automata.compilers import compile_regex, regex_escape, regex_matches
+from poot_vllm.core.errors import ConstraintSyntaxError, LimitExceeded, PootError, UnsupportedConstruct
+from poot_vllm.core.limits import Limits
 
 # Characters chosen to sit on the edges of the classes: Unicode digits and
 # spaces Python's re counts (\u0663, \x1c, \xa0, \u2028), multi-byte UTF-8.

@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from poot_vllm.constraints import Kind
-from poot_vllm.errors import LimitExceeded, PootError
-from poot_vllm.limits import Limits
-from poot_vllm.requests import constraint_from_fields, constraint_from_response_format
+from poot_vllm.core.constraints import Kind
+from poot_vllm.core.errors import LimitExceeded, PootError
+from poot_vllm.core.limits import Limits
+from poot_vllm.adapter.requests import constraint_from_fields, constraint_from_response_format
 
 
 def test_precedence_order():

@@ -25,11 +25,12 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("vllm")
 pytest.importorskip("xgrammar")
 
-from poot_vllm.backend import PootGrammar  # noqa: E402
-from poot_vllm.compile import compile_regex  # noqa: E402
-from poot_vllm.compiled import CompiledDFA  # noqa: E402
-from poot_vllm.grammar import compile_pushdown, parse_gbnf  # noqa: E402
-from poot_vllm.vocabulary import TokenVocabulary  # noqa: E402
+from poot_vllm.adapter.backend import PootGrammar  # noqa: E402
+from poot_vllm.core.automata.compilers import compile_regex  # noqa: E402
+from poot_vllm.core.matchers.compiled import CompiledDFA  # noqa: E402
+from poot_vllm.core.grammar import parse_gbnf
+from poot_vllm.core.matchers.pushdown import compile_pushdown  # noqa: E402
+from poot_vllm.core.vocabulary import TokenVocabulary  # noqa: E402
 
 STOP = 0
 PIECES = [b"a", b"b", b"c", b"ab", b"ba", b"abc", b"(", b")", b"((", b"))", b"()", b",", b"1", b"12", b" "]

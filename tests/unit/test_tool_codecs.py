@@ -11,14 +11,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from poot_vllm.constraints import Constraint, Kind, check, compile_automaton
-from poot_vllm.errors import LimitExceeded, PootError
-from poot_vllm.limits import Limits
-from poot_vllm.tool_calls import CODECS, ToolCall, ToolCallStream, codec_for, get_codec, tool_call_spec
-from poot_vllm.tool_calls.forcing import compile_tool_call_constraint, tool_call_regex
-from poot_vllm.tool_calls.selection import codec_for_model_dir
-from poot_vllm.tool_calls.streaming import assemble
-from poot_vllm.tool_forcing import tool_constraint_for
+from poot_vllm.core.constraints import Constraint, Kind, check, compile_automaton
+from poot_vllm.core.errors import LimitExceeded, PootError
+from poot_vllm.core.limits import Limits
+from poot_vllm.core.tool_calls import CODECS, ToolCall, ToolCallStream, codec_for, get_codec, tool_call_spec
+from poot_vllm.core.tool_calls.forcing import compile_tool_call_constraint, tool_call_regex
+from poot_vllm.core.tool_calls.selection import codec_for_model_dir
+from poot_vllm.core.tool_calls.streaming import assemble
+from poot_vllm.adapter.tool_forcing import tool_constraint_for
 
 HERMES = get_codec("hermes")
 
@@ -276,7 +276,7 @@ def test_override_env_wins(monkeypatch):
 
 
 def test_tool_parser_choice_cli(tmp_path, monkeypatch, capsys):
-    from poot_vllm.tool_parser_choice import main
+    from poot_vllm.adapter.tool_parser_choice import main
 
     monkeypatch.delenv("POOT_TOOL_CODEC", raising=False)
     (tmp_path / "config.json").write_text('{"model_type": "llama"}')
@@ -300,8 +300,8 @@ def hermes_parser_cls(monkeypatch):
     from vllm.parser.abstract_parser import DelegatingParser
     from vllm.tool_parsers.hermes_tool_parser import Hermes2ProToolParser
 
-    from poot_vllm.hooks import apply_all
-    from poot_vllm.tool_calls import selection
+    from poot_vllm.adapter.patches import apply_all
+    from poot_vllm.core.tool_calls import selection
 
     model = Path(__file__).resolve().parents[2] / ".models" / "tiny-qwen2-bpe"
     if not (model / "tokenizer.json").exists():

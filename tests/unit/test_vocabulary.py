@@ -21,7 +21,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 transformers = pytest.importorskip("transformers")
 tokenizers = pytest.importorskip("tokenizers")
 
-from poot_vllm.vocabulary import (  # noqa: E402
+from poot_vllm.core.vocabulary import (  # noqa: E402
     TokenVocabulary,
     UnsupportedTokenizerError,
     gpt2_unicode_to_bytes,

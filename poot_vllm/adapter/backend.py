@@ -1,0 +1,268 @@
+"""poot as a vLLM structured-output backend (engine-core side).
+
+``PootBackend`` implements vLLM's ``StructuredOutputBackend``: it turns the
+tokenizer into poot's byte vocabulary once, compiles each request's
+constraint (DFA constraints into per-state token masks, grammars into a
+pushdown matcher), and caches compiled artefacts (bounded LRU by bytes).
+``PootGrammar`` is the per-request ``StructuredOutputGrammar``: a fresh
+matcher per ``compile_grammar`` call, so each of a request's n choices has its
+own state.  Everything vLLM-specific lives here; the core modules do the work.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import torch
+from vllm.v1.structured_output.backend_types import (
+    StructuredOutputBackend,
+    StructuredOutputGrammar,
+    StructuredOutputOptions,
+)
+
+from poot_vllm.core import faults
+from poot_vllm.core.cache import ByteLRU
+from poot_vllm.core.constraints import Constraint, Kind, compile_automaton
+from poot_vllm.core.errors import PootError
+from poot_vllm.adapter.params import TOOL_CALL_TAG
+from poot_vllm.core.limits import budget_masks_enabled, server_limits
+from poot_vllm.core.vocabulary import TokenVocabulary, with_stop_ids
+
+if TYPE_CHECKING:
+    from vllm.v1.request import Request
+
+logger = logging.getLogger("vllm.poot")
+
+_OPTION_KINDS = {
+    StructuredOutputOptions.REGEX: Kind.REGEX,
+    StructuredOutputOptions.CHOICE: Kind.CHOICE,
+    StructuredOutputOptions.JSON: Kind.JSON,
+    StructuredOutputOptions.JSON_OBJECT: Kind.JSON_OBJECT,
+    StructuredOutputOptions.GRAMMAR: Kind.GRAMMAR,
+}
+
+
+def constraint_for(request_type: StructuredOutputOptions, grammar_spec: str) -> Constraint:
+    """The engine's (option, spec) key back to a poot constraint."""
+    if request_type is StructuredOutputOptions.STRUCTURAL_TAG:
+        if grammar_spec.startswith(TOOL_CALL_TAG):
+            return Constraint(Kind.TOOL_CALL, grammar_spec[len(TOOL_CALL_TAG):])
+        raise PootError("structural tags are not supported by the poot backend")
+    kind = _OPTION_KINDS.get(request_type)
+    if kind is None:
+        raise PootError(f"unsupported structured output type {request_type}")
+    if kind is Kind.CHOICE:
+        import json
+
+        # vLLM sends choices as JSON text; normalise it like the API server did.
+        return Constraint(kind, json.dumps(json.loads(grammar_spec), ensure_ascii=False))
+    if kind is Kind.JSON:
+        from poot_vllm.core.constraints import schema_constraint
+
+        return schema_constraint(grammar_spec, server_limits())
+    return Constraint(kind, grammar_spec)
+
+
+def _warm_up(vocab: TokenVocabulary | None = None) -> None:
+    from poot_vllm.core.masks import warm_up
+    from poot_vllm.core.regex.charsets import category
+
+    warm_up()
+    for letter in "dws":  # \d \w \s tables: ~0.3 s each, once per process
+        category(letter)
+    if vocab is not None:
+        from poot_vllm.core.matchers.pushdown import _CACHE
+        from poot_vllm.core.token_trie import TokenTrie
+
+        TokenTrie.build(vocab)   # ~0.5-2 s for 128k tokens; shared by every DFA compile
+        _CACHE.compiler(vocab)   # xgrammar's tokenizer tables for grammars / json_object
+
+
+def _cached_bytes(compiled: Any) -> int:
+    """What a compiled constraint costs the LRU: a DFA's masks and tables
+    (``nbytes``), or an xgrammar grammar's ``memory_bytes``."""
+    size = getattr(compiled, "nbytes", None)
+    if size is None:
+        size = getattr(compiled, "memory_bytes", 4096)
+    return int(size)
+
+
+#: (tensor, its numpy view): vLLM fills rows of one long-lived bitmask tensor,
+#: and ``tensor[i].numpy()`` costs ~5 us per call; a cached view costs ~0.2 us.
+_bitmask_view: tuple[Any, Any] = (None, None)
+
+
+def _numpy_view(bitmask: torch.Tensor) -> Any:
+    global _bitmask_view
+    tensor, view = _bitmask_view
+    if tensor is not bitmask:
+        view = bitmask.numpy()
+        _bitmask_view = (bitmask, view)  # one tuple assignment: thread-safe
+    return view
+
+
+@dataclass
+class PootBackend(StructuredOutputBackend):
+    def __post_init__(self) -> None:
+        self.limits = server_limits()
+        eos = getattr(self.tokenizer, "eos_token_id", None)
+        self.vocab = TokenVocabulary.from_tokenizer(
+            self.tokenizer, vocab_size=self.vocab_size, stop_ids=[eos] if eos is not None else []
+        )
+        spec = getattr(self.vllm_config, "speculative_config", None)
+        self.num_speculative_tokens = int(getattr(spec, "num_speculative_tokens", 0) or 0) if spec else 0
+        self._vocabs: dict[frozenset[int], TokenVocabulary] = {self.vocab.stop_ids: self.vocab}
+        self._vocab_lock = threading.Lock()
+        self._compiled: ByteLRU[Any] = ByteLRU(self.limits.mask_cache_bytes, _cached_bytes)
+        # Load (or JIT once per machine) the mask kernels and the process-wide
+        # tables off the scheduler loop, so no request pays for them.
+        self.warm_up_thread = threading.Thread(target=_warm_up, args=(self.vocab,), name="poot-warm-up",
+                                                daemon=True)
+        self.warm_up_thread.start()
+        logger.info("poot backend ready: vocab size %d (%s tokenizer)", self.vocab.size, self.vocab.kind)
+
+    def _vocab_for(self, stop_ids: set[int] | None) -> TokenVocabulary:
+        if not stop_ids:
+            return self.vocab
+        key = frozenset(int(t) for t in stop_ids if 0 <= int(t) < self.vocab.size)
+        with self._vocab_lock:
+            vocab = self._vocabs.get(key)
+            if vocab is None:
+                vocab = with_stop_ids(self.vocab, key)
+                self._vocabs[key] = vocab
+            return vocab
+
+    def compile_grammar(
+        self,
+        request_type: StructuredOutputOptions,
+        grammar_spec: str,
+        stop_token_ids: set[int] | None = None,
+        max_new_tokens: int | None = None,
+    ) -> StructuredOutputGrammar:
+        # An exception here fails only this request: vLLM's compile Future
+        # carries it to the scheduler (FINISHED_ERROR), the engine goes on.
+        faults.maybe_fail_compile(grammar_spec)
+        constraint = constraint_for(request_type, grammar_spec)
+        vocab = self._vocab_for(stop_token_ids)
+        compiled = self._compiled.get_or_build((constraint, vocab.stop_ids), lambda: self._compile(constraint, vocab))
+        matcher = compiled.new_matcher(max_rollback_tokens=self.num_speculative_tokens)
+        if max_new_tokens is not None and budget_masks_enabled():
+            matcher.set_token_budget(max_new_tokens)
+        injected = faults.faults_in(grammar_spec)
+        if injected:
+            matcher = faults.FaultyMatcher(matcher, injected)
+        return PootGrammar(matcher=matcher)
+
+    def compile_for_request(self, request: "Request") -> StructuredOutputGrammar:
+        """Compile with what only the request knows: stop ids and the token budget."""
+        request_type, grammar_spec = request.structured_output_request.structured_output_key
+        params = request.sampling_params
+        stop_ids = params.all_stop_token_ids if params is not None else None
+        budget = getattr(params, "max_tokens", None) if params is not None else None
+        # The context limit ends a reply too (after vLLM's stop check, like max_tokens).
+        from poot_vllm.core.budget import engine_token_budget
+
+        max_model_len = getattr(getattr(self.vllm_config, "model_config", None), "max_model_len", None)
+        budget = engine_token_budget(budget, max_model_len, getattr(request, "num_prompt_tokens", None))
+        return self.compile_grammar(request_type, grammar_spec, stop_token_ids=stop_ids, max_new_tokens=budget)
+
+    def compile_grammar_for_request(self, request: "Request") -> StructuredOutputGrammar:
+        """What a vLLM with patches/0001 calls (no runtime hook needed for the budget)."""
+        return self.compile_for_request(request)
+
+    def _compile(self, constraint: Constraint, vocab: TokenVocabulary) -> Any:
+        automaton = compile_automaton(constraint, self.limits)
+        if constraint.kind.is_pushdown:
+            from poot_vllm.core.matchers.pushdown import compile_pushdown
+
+            return compile_pushdown(automaton, vocab, self.limits)
+        from poot_vllm.core.matchers.compiled import CompiledDFA
+
+        return CompiledDFA.build(automaton, vocab, max_work=self.limits.max_mask_work)
+
+    def allocate_token_bitmask(self, max_num_seqs: int) -> torch.Tensor:
+        return torch.full((max_num_seqs, (self.vocab_size + 31) // 32), -1, dtype=torch.int32)
+
+    def destroy(self) -> None:
+        self._compiled.clear()
+
+
+@dataclass
+class PootGrammar(StructuredOutputGrammar):
+    """One request choice's matcher, adapted to vLLM's grammar interface.
+
+    These methods run inside vLLM's scheduler loop, where an exception would
+    kill the engine core (and every request on it).  So any internal error is
+    logged and turns this grammar *failed*: from then on ``accept_tokens``
+    returns False, which makes vLLM finish only this request with an error
+    (the client gets a 500 / a streamed error, never an unconstrained reply),
+    ``validate_tokens`` rejects every draft, and ``fill_bitmask`` writes a
+    harmless mask for the one step before the request ends.
+    """
+
+    matcher: Any = field(repr=False)
+    failed: bool = False
+
+    def _fail(self, op: str, request_id: str | None = None) -> None:
+        self.failed = True
+        logger.exception("poot: internal error in %s%s; ending this request only", op,
+                         f" (request {request_id})" if request_id else "")
+
+    def accept_tokens(self, request_id: str, tokens: list[int]) -> bool:
+        if self.failed:
+            return False
+        try:
+            ok = self.matcher.accept_tokens(tokens)
+        except Exception:
+            self._fail("accept_tokens", request_id)
+            return False
+        if not ok:
+            logger.warning("poot: request %s produced a token the constraint rejects", request_id)
+        return ok
+
+    def validate_tokens(self, tokens: list[int]) -> list[int]:
+        if self.failed:
+            return []
+        try:
+            return self.matcher.validate_tokens(tokens)
+        except Exception:
+            self._fail("validate_tokens")
+            return []
+
+    def rollback(self, num_tokens: int) -> None:
+        if self.failed:
+            return
+        try:
+            self.matcher.rollback(num_tokens)
+        except Exception:
+            self._fail("rollback")
+
+    def fill_bitmask(self, bitmask: torch.Tensor, batch_index: int) -> None:
+        if not self.failed:
+            try:
+                self.matcher.fill_bitmask(_numpy_view(bitmask)[batch_index])
+                return
+            except Exception:
+                self._fail("fill_bitmask")
+        # Any token: the next accept_tokens fails the request, so what is
+        # sampled here is never delivered; an all-zero row could yield NaNs.
+        bitmask[batch_index].fill_(-1)
+
+    def is_terminated(self) -> bool:
+        if self.failed:
+            return False
+        try:
+            return self.matcher.is_terminated()
+        except Exception:
+            self._fail("is_terminated")
+            return False
+
+    def reset(self) -> None:
+        try:
+            self.matcher.reset()
+            self.failed = False
+        except Exception:
+            self._fail("reset")

@@ -1,0 +1,101 @@
+"""Register poot through vLLM's native seams, where vLLM carries ``patches/``.
+
+A vLLM fork with ``patches/vllm-X.Y/0001`` has a structured-output backend
+registry (``vllm.config.structured_outputs.register_structured_output_backend``);
+with ``0002`` it has a request hook point
+(``vllm.entrypoints.generate.base.protocol.register_structured_outputs_hook``).
+Where they exist, poot registers through them and the runtime hooks for those
+areas stay off (each hook's ``seam_present()`` says so); elsewhere poot falls
+back to its runtime hooks.  Detection is by feature, never by version.
+
+Registering is cheap (import paths, nothing compiled) and idempotent: vLLM
+calls the plugin in every process, possibly several times.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+BACKEND_NAME = "poot"
+#: What the registry imports lazily, in the engine core / API server.
+BACKEND_FACTORY = "poot_vllm.adapter.backend:PootBackend"
+BACKEND_VALIDATOR = "poot_vllm.adapter.native:validate_request"
+
+
+def backend_registry() -> Any | None:
+    """``vllm.config.structured_outputs`` if it has the registry (patch 0001)."""
+    try:
+        from vllm.config import structured_outputs
+    except ImportError:
+        return None
+    return structured_outputs if hasattr(structured_outputs, "register_structured_output_backend") else None
+
+
+def request_hook_point() -> Any | None:
+    """``vllm.entrypoints.generate.base.protocol`` if it has the hook point (patch 0002)."""
+    try:
+        from vllm.entrypoints.generate.base import protocol
+    except ImportError:
+        return None
+    return protocol if hasattr(protocol, "register_structured_outputs_hook") else None
+
+
+def validate_request(sampling_params: Any, model_config: Any, tokenizer: Any) -> None:
+    """The registry's validator: poot's full check of a request (API server).
+
+    vLLM has already run its generic checks and set ``_backend = "poot"``;
+    a refusal raises ``VLLMValidationError`` (a 400 naming the parameter).
+    The same checks as the runtime ``sampling_validation`` hook, budget
+    admission included (the shortest conforming reply must fit ``max_tokens``).
+    """
+    from poot_vllm.adapter.validation import admit, record_from_validation, validate_for_poot, vocab_size
+
+    validate_for_poot(sampling_params.structured_outputs, vocab_size(model_config))
+    record_from_validation(model_config, tokenizer)
+    admit(sampling_params)
+
+
+def structured_outputs_hook(request: Any, structured_outputs: Any) -> Any:
+    """The request hook: ``guided_*`` fields, tool forcing and poot's precedence.
+
+    vLLM calls it only on servers whose backend is poot (it is registered
+    with ``backend="poot"``), from ``extract_structured_outputs`` of chat and
+    completion requests, with the params vLLM derived from the request.
+    """
+    from poot_vllm.adapter.requests import structured_outputs_for
+
+    return structured_outputs_for(request, lambda _request: structured_outputs)
+
+
+def server_backend() -> str | None:
+    """The structured-output backend the API server recorded (patch 0002), if any."""
+    protocol = request_hook_point()
+    getter = getattr(protocol, "get_structured_outputs_server_backend", None)
+    return getter() if getter is not None else None
+
+
+def register() -> dict[str, bool]:
+    """Register through every native seam present; returns seam -> registered."""
+    registered = {"backend registry": False, "request hook": False}
+    registry = backend_registry()
+    if registry is not None:
+        registry.register_structured_output_backend(BACKEND_NAME, BACKEND_FACTORY, BACKEND_VALIDATOR)
+        registered["backend registry"] = True
+    # The request hook point lives in an API-server module: register when that
+    # module is imported, so worker processes never import it for poot's sake.
+    from poot_vllm.adapter.when_imported import when_imported
+
+    when_imported(REQUEST_HOOK_MODULE, _register_request_hook)
+    registered["request hook"] = _request_hook_registered
+    return registered
+
+
+REQUEST_HOOK_MODULE = "vllm.entrypoints.generate.base.protocol"
+_request_hook_registered = False
+
+
+def _register_request_hook(protocol: Any) -> None:
+    global _request_hook_registered
+    if hasattr(protocol, "register_structured_outputs_hook") and not _request_hook_registered:
+        protocol.register_structured_outputs_hook(structured_outputs_hook, backend=BACKEND_NAME)
+        _request_hook_registered = True

@@ -1,0 +1,47 @@
+"""What this process knows about the server it is part of.
+
+The API-server request hooks act on a request's fields only when the server
+runs the poot backend.  Every API-server process learns the backend from its
+engine's ``VllmConfig`` in ``init_app_state`` (``adapter/patches/app_state.py``: the
+authoritative answer, scale-out children included); before that, vLLM's CLI
+parser (``cli_flag``) or ``POOT_SERVER_BACKEND`` may tell it.  Where none
+has, the backend is unknown (``None``) and ``request_fields`` still maps
+``guided_*`` fields, leaving the check to the validation step that knows the
+engine's real backend: a constraint is never dropped.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+_server_backend: str | None = None
+
+
+def record_server_backend(name: str | None, *, from_config: bool = False) -> None:
+    """Remember the server's structured-output backend.
+
+    From a parsed command line (``from_config=False``): vLLM may parse other
+    argument lists later in the same process (their default backend is
+    "auto"), so a default never overrides a chosen backend.  From the engine's
+    ``VllmConfig`` (``from_config=True``): that is what the engine runs, so it
+    always wins.
+    """
+    global _server_backend
+    if name and (from_config or name != "auto" or _server_backend is None):
+        _server_backend = name
+
+
+def server_backend() -> str | None:
+    if found := os.environ.get("POOT_SERVER_BACKEND") or _server_backend:
+        return found
+    # A vLLM with patches/0002 records its backend itself (API server), in
+    # the request hook point's module; if that module is not loaded, no
+    # request has been handled by it in this process.
+    protocol = sys.modules.get("vllm.entrypoints.generate.base.protocol")
+    getter = getattr(protocol, "get_structured_outputs_server_backend", None)
+    return getter() if getter is not None else None
+
+
+def poot_is_server_backend() -> bool:
+    return server_backend() == "poot"

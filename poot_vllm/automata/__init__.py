@@ -1,5 +1,0 @@
-"""Byte-level automata: the :class:`DFA` type and its budgeted builder."""
-
-from poot_vllm.automata.dfa import DFA
-
-__all__ = ["DFA"]

@@ -1,0 +1,595 @@
+"""Regex tree -> minimal, trimmed byte DFA, within a working-memory budget.
+
+The pipeline, and why each step is shaped the way it is:
+
+0. **Factor alternatives** (:mod:`poot_vllm.core.regex.factor`): shared
+   prefixes/suffixes of branches are built once.
+1. **Count before building.**  The number of NFA positions after counted
+   repetitions are multiplied out is computed from the tree
+   (:func:`~poot_vllm.core.regex.ast.position_count`) and charged first, so
+   ``(?:(?:a{100}){100}){100}`` is refused without expanding anything.
+2. **Glushkov (position) NFA.**  Each :class:`~poot_vllm.core.regex.ast.Chars`
+   leaf is one position, however many bytes its characters take: it carries
+   the small byte automaton of its class (:mod:`poot_vllm.core.automata.utf8`),
+   shared by all positions with the same class.  ``first``/``last`` sets
+   are unions built lazily (so ``a{0,1000}`` is linear, not quadratic).
+3. **Subset construction over byte classes.**  Bytes that no edge tells
+   apart form one class, so a DFA row is computed once per class, not per
+   byte.  A DFA state is a set of *items*: a position about to be read, a
+   position part-way through a multi-byte character, or the "accept"
+   marker.  Every state is charged as it is created, so an exponential
+   blow-up stops at the budget within milliseconds.
+4. **Trim, minimize (Hopcroft), renumber** in breadth-first order by byte
+   from the start state (so equal languages give identical tables), and
+   expand the class columns to the full ``(n, 256)`` table.
+
+Working memory, charged to :class:`Budget` (documented in
+:mod:`poot_vllm.core.limits` and ``docs/regex.md``):
+
+* 16 bytes per NFA position;
+* per distinct character class, 16 bytes per state and 8 per byte-range
+  edge of its UTF-8 automaton;
+* 4 bytes per entry of the NFA's materialized first/follow sets;
+* per DFA state, 16 bytes + 4 per item in its subset + 8 per distinct
+  transition range (maximal run of bytes with one live target) of its row.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Iterator, Union
+
+import numpy as np
+
+from poot_vllm.core.automata.dfa import DFA
+from poot_vllm.core.automata.utf8 import DONE, CodepointAutomaton, codepoint_automaton
+from poot_vllm.core.errors import LimitExceeded, PootError
+from poot_vllm.core.regex import ast
+from poot_vllm.core.regex.factor import factor
+
+POSITION_BYTES = 16
+CLASS_STATE_BYTES = 16
+CLASS_EDGE_BYTES = 8
+SET_ENTRY_BYTES = 4
+STATE_BYTES = 16
+SUBSET_ITEM_BYTES = 4
+RANGE_BYTES = 8
+
+
+class Budget:
+    """Working memory of one automaton build, charged as it is used."""
+
+    def __init__(self, limit: int, limit_name: str = "max_automaton_bytes") -> None:
+        self.limit = limit
+        self.limit_name = limit_name
+        self.used = 0
+
+    def charge(self, n_bytes: int, stage: str) -> None:
+        self.used += n_bytes
+        if self.used > self.limit:
+            raise LimitExceeded(
+                "the automaton's working memory", self.limit_name, self.limit, "bytes", f"passed while {stage}"
+            )
+
+
+# --- Glushkov construction -------------------------------------------------------
+
+class _Union:
+    """A lazy, disjoint union of position sets (a rope), flattened on demand."""
+
+    __slots__ = ("left", "right", "size", "flat")
+
+    def __init__(self, left: "PosSet", right: "PosSet") -> None:
+        self.left = left
+        self.right = right
+        self.size = len(left) + len(right)
+        self.flat: frozenset[int] | None = None
+
+    def __len__(self) -> int:
+        return self.size
+
+
+PosSet = Union[frozenset, _Union]
+_NO_POSITIONS: frozenset[int] = frozenset()
+
+
+def _union(a: PosSet, b: PosSet) -> PosSet:
+    if not len(a):
+        return b
+    if not len(b):
+        return a
+    return _Union(a, b)
+
+
+def _iter_positions(s: PosSet) -> Iterator[int]:
+    stack = [s]
+    while stack:
+        top = stack.pop()
+        if isinstance(top, frozenset):
+            yield from top
+        elif top.flat is not None:
+            yield from top.flat
+        else:
+            stack.append(top.right)
+            stack.append(top.left)
+
+
+_Frag = tuple[bool, PosSet, PosSet]  # (nullable, first, last)
+
+
+class _Glushkov:
+    """Positions, each position's class, and each position's follow contributions."""
+
+    def __init__(self, budget: Budget, class_index: dict[ast.Chars, int]) -> None:
+        self.budget = budget
+        self.class_index = class_index
+        self.pos_class: list[int] = []
+        self.follow: list[list[frozenset[int]]] = []
+
+    def flat(self, s: PosSet) -> frozenset[int]:
+        if isinstance(s, frozenset):
+            return s
+        if s.flat is None:
+            self.budget.charge(SET_ENTRY_BYTES * s.size, "building the NFA's first sets")
+            s.flat = frozenset(_iter_positions(s))
+        return s.flat
+
+    def link(self, last: PosSet, first: PosSet) -> None:
+        """Every position in ``last`` may be followed by every position in ``first``."""
+        if not len(first) or not len(last):
+            return
+        target = self.flat(first)
+        self.budget.charge(SET_ENTRY_BYTES * len(last), "building the NFA's follow sets")
+        follow = self.follow
+        for p in _iter_positions(last):
+            follow[p].append(target)
+
+    def concat2(self, a: _Frag, b: _Frag) -> _Frag:
+        a_null, a_first, a_last = a
+        b_null, b_first, b_last = b
+        self.link(a_last, b_first)
+        first = _union(a_first, b_first) if a_null else a_first
+        last = _union(a_last, b_last) if b_null else b_last
+        return (a_null and b_null, first, last)
+
+    def build(self, node: ast.Node) -> _Frag:
+        if isinstance(node, ast.Chars):
+            p = len(self.pos_class)
+            self.pos_class.append(self.class_index[node])
+            self.follow.append([])
+            s = frozenset((p,))
+            return (False, s, s)
+        if isinstance(node, ast.Concat):
+            frag: _Frag = (True, _NO_POSITIONS, _NO_POSITIONS)
+            for item in node.items:
+                frag = self.concat2(frag, self.build(item))
+            return frag
+        if isinstance(node, ast.Alt):
+            nullable, first, last = False, _NO_POSITIONS, _NO_POSITIONS
+            for item in node.items:
+                n, f, l = self.build(item)
+                nullable, first, last = nullable or n, _union(first, f), _union(last, l)
+            return (nullable, first, last)
+        return self._repeat(node)
+
+    def _repeat(self, node: ast.Repeat) -> _Frag:
+        frag: _Frag = (True, _NO_POSITIONS, _NO_POSITIONS)
+        for _ in range(node.min - 1 if node.max is None and node.min > 0 else node.min):
+            frag = self.concat2(frag, self.build(node.item))
+        if node.max is None:
+            # x* (or the looping last copy of x{m,}): last loops back to first.
+            loop_null, loop_first, loop_last = self.build(node.item)
+            self.link(loop_last, loop_first)
+            return self.concat2(frag, (loop_null or node.min == 0, loop_first, loop_last))
+        # The optional copies nest, (x(x(x)?)?)?, so each copy only links to the next.
+        tail: _Frag | None = None
+        for _ in range(node.max - node.min):
+            copy = self.build(node.item)
+            n, f, l = copy if tail is None else self.concat2(copy, tail)
+            tail = (True, f, l)
+        return frag if tail is None else self.concat2(frag, tail)
+
+
+def _distinct_classes(node: ast.Node, out: dict[ast.Chars, int]) -> None:
+    if isinstance(node, ast.Chars):
+        out.setdefault(node, len(out))
+    elif isinstance(node, (ast.Concat, ast.Alt)):
+        for item in node.items:
+            _distinct_classes(item, out)
+    else:
+        _distinct_classes(node.item, out)
+
+
+# --- byte classes -----------------------------------------------------------------
+
+def byte_classes(boundaries: "set[int]") -> tuple[np.ndarray, list[int]]:
+    """Split 0..255 at ``boundaries`` (a set of first bytes of ranges).
+
+    Returns ``(byte_to_class, class_starts)``; classes are consecutive byte
+    intervals, numbered in byte order.
+    """
+    starts = sorted(boundaries | {0})
+    starts = [b for b in starts if 0 <= b < 256]
+    byte_to_class = np.zeros(256, dtype=np.int32)
+    for i, b in enumerate(starts):
+        byte_to_class[b:] = i
+    return byte_to_class, starts
+
+
+# --- subset construction ------------------------------------------------------------
+
+def regex_tree_to_dfa(node: ast.Node, budget: Budget) -> DFA:
+    """Compile a parsed regex to a minimal trimmed DFA, charging ``budget``."""
+    nfa = _ByteNFA(node, budget)
+    table, accepting = _subset_construction(nfa, budget)
+    return finalize(table, accepting, 0, nfa.byte_to_class)
+
+
+def regex_tree_matches(node: ast.Node, texts: "list[bytes]", budget: Budget) -> list[bool]:
+    """Whether each byte string is matched (whole) by the parsed regex.
+
+    Runs the subset construction lazily along each text only: linear in the
+    text (times the NFA's width), and never builds the DFA's other states, so
+    a regex whose full DFA passes the budget can still be matched against a
+    few strings.  This is how poot checks user values (e.g. a JSON Schema
+    ``enum`` against the schema's other keywords) without a backtracking
+    engine.
+    """
+    nfa = _ByteNFA(node, budget)
+    b2c = nfa.byte_to_class.tolist()
+    results = []
+    for text in texts:
+        items = nfa.start_items
+        for byte in text:
+            items = nfa.step(items, b2c[byte])
+            if not items:
+                break
+        results.append(nfa.final in items)
+    return results
+
+
+class _ByteNFA:
+    """The Glushkov NFA of a regex over byte classes, with its item moves.
+
+    An *item* is a position about to be read (``< final``), the accept marker
+    (``final``), or a position part-way through a multi-byte character
+    (``> final``).  Moves are computed once per item and charged to the budget
+    (follow sets) as they are first needed.
+    """
+
+    def __init__(self, node: ast.Node, budget: Budget) -> None:
+        if node == ast.NOTHING:
+            raise PootError(
+                "the regex matches no string: every alternative needs a character no UTF-8 text contains "
+                "(an empty class such as [^\\s\\S], or a lone surrogate)"
+            )
+        node = factor(node)
+        n_positions = ast.position_count(node)
+        budget.charge(POSITION_BYTES * n_positions, f"expanding counted repetitions to {n_positions} NFA positions")
+
+        class_index: dict[ast.Chars, int] = {}
+        _distinct_classes(node, class_index)
+        automata: list[CodepointAutomaton] = []
+        boundaries: set[int] = set()
+        for chars in class_index:
+            automaton = codepoint_automaton(chars.ranges)
+            budget.charge(
+                CLASS_STATE_BYTES * len(automaton.states) + CLASS_EDGE_BYTES * automaton.n_edges,
+                "building the UTF-8 automata of the character classes",
+            )
+            automata.append(automaton)
+            for edges in automaton.states:
+                for lo, hi, _ in edges:
+                    boundaries.add(lo)
+                    boundaries.add(hi + 1)
+        self.byte_to_class, _ = byte_classes(boundaries)
+
+        nfa = _Glushkov(budget, class_index)
+        nullable, first, last = nfa.build(node)
+        n = len(nfa.pos_class)
+        assert n == n_positions, (n, n_positions)
+        self.final = final = n  # the item that marks a state accepting
+        final_set = frozenset((final,))
+        nfa.link(last, final_set)
+        self.start_items: frozenset[int] = nfa.flat(first) | final_set if nullable else nfa.flat(first)
+
+        b2c = self.byte_to_class.tolist()
+        # Edges of every (class, automaton state) in class indices, computed once.
+        self._class_edges: list[list[list[tuple[tuple[int, int], int]]]] = [
+            [[((b2c[lo], b2c[hi] + 1), target) for lo, hi, target in edges] for edges in automaton.states]
+            for automaton in automata
+        ]
+        self._pos_class = nfa.pos_class
+        self._follow = nfa.follow
+        self._budget = budget
+        self._follow_sets: dict[int, frozenset[int]] = {}
+        self._mid_items: dict[tuple[int, int], int] = {}  # (position, automaton state > 0) -> item id
+        self._mid_info: list[tuple[int, int]] = []
+        # item -> [((first class, end class), target item set)]
+        self._moves: dict[int, list[tuple[tuple[int, int], frozenset[int]]]] = {}
+
+    def _follow_set(self, p: int) -> frozenset[int]:
+        fs = self._follow_sets.get(p)
+        if fs is None:
+            contributions = self._follow[p]
+            if len(contributions) == 1:
+                fs = contributions[0]
+            else:
+                fs = frozenset().union(*contributions)
+                self._budget.charge(SET_ENTRY_BYTES * len(fs), "building the NFA's follow sets")
+            self._follow_sets[p] = fs
+        return fs
+
+    def moves(self, item: int) -> list[tuple[tuple[int, int], frozenset[int]]]:
+        """``[((first class, end class), target items)]`` of a (non-final) item."""
+        out = self._moves.get(item)
+        if out is not None:
+            return out
+        if item < self.final:
+            p, q = item, 0
+        else:
+            p, q = self._mid_info[item - self.final - 1]
+        out = []
+        for span, target in self._class_edges[self._pos_class[p]][q]:
+            if target == DONE:
+                out.append((span, self._follow_set(p)))
+            else:
+                key = (p, target)
+                mid = self._mid_items.get(key)
+                if mid is None:
+                    mid = self.final + 1 + len(self._mid_info)
+                    self._mid_info.append(key)
+                    self._mid_items[key] = mid
+                out.append((span, frozenset((mid,))))
+        self._moves[item] = out
+        return out
+
+    def step(self, items: frozenset[int], byte_class: int) -> frozenset[int]:
+        """The items after reading one byte of class ``byte_class``."""
+        targets = [
+            target
+            for item in items
+            if item != self.final
+            for (lo, end), target in self.moves(item)
+            if lo <= byte_class < end
+        ]
+        return frozenset().union(*targets)
+
+
+def _subset_construction(nfa: _ByteNFA, budget: Budget) -> tuple[np.ndarray, np.ndarray]:
+    """Class-level table (n, n_classes) with -1 for dead, and accepting flags.
+
+    A state's row is computed from its items' edges as class intervals
+    (see :func:`_segments`), so a state pays for its edges, not for the
+    number of byte classes (large with Unicode classes such as ``\\w``).
+    """
+    final = nfa.final
+    start_items = nfa.start_items
+    state_ids: dict[frozenset[int], int] = {start_items: 0}
+    subsets = [start_items]
+    stage = "building the DFA"
+    budget.charge(STATE_BYTES + SUBSET_ITEM_BYTES * len(start_items), stage)
+    seg_state: list[int] = []
+    seg_lo: list[int] = []
+    seg_end: list[int] = []
+    seg_target: list[int] = []
+    accepting: list[bool] = []
+
+    sid = 0
+    while sid < len(subsets):
+        items = subsets[sid]
+        accepting.append(final in items)
+        buckets: dict[tuple[int, int], list[frozenset[int]]] = {}
+        for item in items:
+            if item == final:
+                continue
+            for span, target in nfa.moves(item):
+                bucket = buckets.get(span)
+                if bucket is None:
+                    buckets[span] = [target]
+                else:
+                    bucket.append(target)
+        prev_end, prev_t, ranges = -1, -1, 0
+        for c_lo, c_end, targets in _segments(buckets):
+            nxt = targets[0] if len(targets) == 1 else frozenset().union(*targets)
+            t = state_ids.get(nxt)
+            if t is None:
+                t = len(subsets)
+                state_ids[nxt] = t
+                subsets.append(nxt)
+                budget.charge(STATE_BYTES + SUBSET_ITEM_BYTES * len(nxt), stage)
+            seg_state.append(sid)
+            seg_lo.append(c_lo)
+            seg_end.append(c_end)
+            seg_target.append(t)
+            if c_lo != prev_end or t != prev_t:
+                ranges += 1
+            prev_end, prev_t = c_end, t
+        budget.charge(RANGE_BYTES * ranges, stage)
+        sid += 1
+
+    n_classes = int(nfa.byte_to_class[-1]) + 1
+    table = np.full((len(subsets), n_classes), -1, dtype=np.int32)
+    if seg_state:
+        lo = np.asarray(seg_lo, dtype=np.int64)
+        lengths = np.asarray(seg_end, dtype=np.int64) - lo
+        starts = np.cumsum(lengths) - lengths
+        cols = np.arange(int(lengths.sum()), dtype=np.int64) - np.repeat(starts - lo, lengths)
+        rows = np.repeat(np.asarray(seg_state, dtype=np.int64), lengths)
+        table[rows, cols] = np.repeat(np.asarray(seg_target, dtype=np.int32), lengths)
+    return table, np.asarray(accepting, dtype=bool)
+
+
+def _segments(
+    buckets: dict[tuple[int, int], list[frozenset[int]]]
+) -> list[tuple[int, int, list[frozenset[int]]]]:
+    """Disjoint class intervals ``[lo, end)`` with the target sets live on each.
+
+    ``buckets`` maps edge intervals to their targets.  Intervals are usually
+    equal or disjoint already; overlaps are resolved by a sweep.
+    """
+    spans = sorted(buckets)
+    if all(spans[i][0] >= spans[i - 1][1] for i in range(1, len(spans))):
+        return [(lo, end, buckets[(lo, end)]) for lo, end in spans]
+    if sum(end - lo for lo, end in spans) <= 8 * len(spans):
+        # Narrow overlapping spans: per class is cheaper than a sweep.
+        per_class: dict[int, list[frozenset[int]]] = {}
+        for span in spans:
+            targets = buckets[span]
+            for c in range(span[0], span[1]):
+                lst = per_class.get(c)
+                if lst is None:
+                    per_class[c] = list(targets)
+                else:
+                    lst.extend(targets)
+        return [(c, c + 1, per_class[c]) for c in sorted(per_class)]
+    ending: dict[int, list[tuple[int, int]]] = {}
+    for span in spans:
+        ending.setdefault(span[1], []).append(span)
+    points = sorted({c for span in spans for c in span})
+    active: set[tuple[int, int]] = set()
+    out = []
+    i = 0
+    for lo, end in zip(points, points[1:]):
+        for span in ending.get(lo, ()):
+            active.discard(span)
+        while i < len(spans) and spans[i][0] == lo:
+            active.add(spans[i])
+            i += 1
+        if active:
+            out.append((lo, end, [t for span in active for t in buckets[span]]))
+    return out
+
+
+# --- trim, minimize, renumber --------------------------------------------------------
+
+def live_states(table: np.ndarray, accepting: np.ndarray) -> np.ndarray:
+    """Boolean mask of the states from which an accepting state is reachable."""
+    n = table.shape[0]
+    src, col = np.nonzero(table >= 0)
+    dst = table[src, col]
+    pairs = np.unique(dst.astype(np.int64) * n + src)
+    dst_u, src_u = (pairs // n), (pairs % n)
+    offsets = np.searchsorted(dst_u, np.arange(n + 1)).tolist()
+    preds = src_u.tolist()
+    live = accepting.copy()
+    queue = deque(np.nonzero(accepting)[0].tolist())
+    live_list = live.tolist()
+    while queue:
+        t = queue.popleft()
+        for s in preds[offsets[t]:offsets[t + 1]]:
+            if not live_list[s]:
+                live_list[s] = True
+                queue.append(s)
+    return np.asarray(live_list, dtype=bool)
+
+
+def hopcroft(table: np.ndarray, accepting: np.ndarray) -> list[int]:
+    """Block id per state of the coarsest equivalence (Hopcroft's algorithm).
+
+    ``table`` is a partial (n, k) table, -1 for missing transitions, whose
+    states can all reach acceptance.  Missing transitions go to an implicit
+    sink; rather than splitting by the sink (whose predecessors are nearly
+    every state on nearly every class), the initial partition already
+    separates states by acceptance and by which classes are defined, and the
+    sink's singleton block is the one initial block left out of the waiting
+    set, as Hopcroft's algorithm allows.
+    """
+    n = table.shape[0]
+    cols = np.unique(table, axis=1) if table.shape[1] > 1 else table
+    # Predecessors per target: pred[t] = [(class, source), ...] over real edges only.
+    src, cls = np.nonzero(cols >= 0)
+    dst = cols[src, cls]
+    order = np.argsort(dst, kind="stable")
+    offsets = np.searchsorted(dst[order], np.arange(n + 1)).tolist()
+    pred_cls = cls[order].tolist()
+    pred_src = src[order].tolist()
+
+    signature = np.concatenate([accepting[:, None], cols >= 0], axis=1)
+    _, initial = np.unique(signature, axis=0, return_inverse=True)
+    initial = initial.reshape(-1)
+    block_of = initial.tolist()
+    blocks: list[set[int]] = [set() for _ in range(int(initial.max()) + 1)]
+    for s, b in enumerate(block_of):
+        blocks[b].add(s)
+    waiting = set(range(len(blocks)))
+    while waiting:
+        splitter = list(blocks[waiting.pop()])
+        by_class: dict[int, list[int]] = {}
+        for q in splitter:
+            for j in range(offsets[q], offsets[q + 1]):
+                c = pred_cls[j]
+                lst = by_class.get(c)
+                if lst is None:
+                    by_class[c] = [pred_src[j]]
+                else:
+                    lst.append(pred_src[j])
+        for sources in by_class.values():
+            touched: dict[int, list[int]] = {}
+            for s in sources:
+                b = block_of[s]
+                members = touched.get(b)
+                if members is None:
+                    touched[b] = [s]
+                else:
+                    members.append(s)
+            for b, members in touched.items():
+                block = blocks[b]
+                if len(members) == len(block):
+                    continue
+                new = set(members)
+                block -= new
+                nid = len(blocks)
+                blocks.append(new)
+                for s in new:
+                    block_of[s] = nid
+                if b in waiting or len(new) <= len(block):
+                    waiting.add(nid)
+                else:
+                    waiting.add(b)
+    return block_of
+
+
+def finalize(
+    table: np.ndarray, accepting: np.ndarray, start: int, byte_to_class: np.ndarray, *, minimal: bool = False
+) -> DFA:
+    """Trim, minimize and renumber a class-level DFA, then expand it to 256 columns.
+
+    ``minimal=True`` skips minimization for tables already minimal and
+    trimmed (the choice trie).  Raises :class:`PootError` if the language is
+    empty.
+    """
+    live = live_states(table, accepting)
+    if not live[start]:
+        raise PootError("the constraint matches no string")
+    if not live.all():
+        table = np.where(table >= 0, np.where(live[np.maximum(table, 0)], table, -1), -1)
+    block_of = list(range(table.shape[0])) if minimal else hopcroft(table, accepting & live)
+    # Map each block to one representative state; dead states vanish.
+    n = table.shape[0]
+    block_arr = np.asarray(block_of, dtype=np.int64)
+    order: list[int] = []  # blocks in BFS order from start
+    new_id: dict[int, int] = {}
+    rep: dict[int, int] = {}
+    for s in np.nonzero(live)[0].tolist():
+        rep.setdefault(block_of[s], s)
+    queue = deque([block_of[start]])
+    new_id[block_of[start]] = 0
+    rows = table.tolist()
+    while queue:
+        b = queue.popleft()
+        order.append(b)
+        for t in rows[rep[b]]:
+            if t >= 0 and live[t]:
+                tb = block_of[t]
+                if tb not in new_id:
+                    new_id[tb] = len(new_id)
+                    queue.append(tb)
+    remap = np.full(n + 1, -1, dtype=np.int32)  # index n: the dead target -1
+    for s in range(n):
+        if live[s]:
+            remap[s] = new_id.get(int(block_arr[s]), -1)
+    reps = np.asarray([rep[b] for b in order], dtype=np.int64)
+    small = remap[np.where(table[reps] >= 0, table[reps], n)]
+    transitions = small[:, byte_to_class]
+    return DFA(transitions=transitions, accepting=accepting[reps].copy(), start=0)

@@ -1,0 +1,149 @@
+"""One constraint, whatever request field it came from, and its compilation.
+
+A :class:`Constraint` is what poot enforces: a kind and its canonical text.
+:func:`check` is the API-server validation (sizes, parsing, and the budgeted
+automaton build, so every refusal is a 400 before the engine is asked);
+:func:`compile_automaton` is the engine-side half that the backend turns into
+token masks.  Both share an in-process cache, so validating and compiling the
+same constraint in one process builds it once.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from poot_vllm.core.cache import ByteLRU
+from poot_vllm.core.errors import ConstraintSyntaxError, LimitExceeded, PootError
+from poot_vllm.core.limits import DEFAULT_LIMITS, Limits
+
+
+class Kind(str, enum.Enum):
+    CHOICE = "choice"
+    REGEX = "regex"
+    GRAMMAR = "grammar"
+    JSON = "json"
+    JSON_OBJECT = "json_object"
+    #: poot's own tool-call envelope (a regex built by poot, see tool_calls.py)
+    TOOL_CALL = "tool_call"
+
+    @property
+    def is_pushdown(self) -> bool:
+        return self in (Kind.GRAMMAR, Kind.JSON_OBJECT)
+
+
+@dataclass(frozen=True)
+class Constraint:
+    kind: Kind
+    spec: str  # regex text, JSON list of choices, GBNF text, schema JSON text, "" for json_object
+
+
+def _utf8_len(text: str) -> int:
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+def choice_constraint(choices: Any) -> Constraint:
+    if not isinstance(choices, list) or not choices:
+        raise PootError("must be a non-empty list of strings, e.g. [\"yes\", \"no\"]")
+    bad = [i for i, c in enumerate(choices) if not isinstance(c, str)]
+    if bad:
+        raise PootError(f"every option must be a string; item {bad[0]} is {type(choices[bad[0]]).__name__}")
+    return Constraint(Kind.CHOICE, json.dumps(choices, ensure_ascii=False))
+
+
+def regex_constraint(value: Any, limits: Limits) -> Constraint:
+    if not isinstance(value, str):
+        raise PootError(f"must be a string (a regular expression), not {type(value).__name__}")
+    size = len(value.encode("utf-8", "surrogatepass"))
+    if size > limits.max_regex_bytes:
+        raise LimitExceeded("the regex", "max_regex_bytes", limits.max_regex_bytes, "bytes", f"it is {size} bytes")
+    return Constraint(Kind.REGEX, value)
+
+
+def grammar_constraint(value: Any, limits: Limits) -> Constraint:
+    if not isinstance(value, str) or not value.strip():
+        raise PootError("must be a non-empty string holding a GBNF grammar with a 'root' rule")
+    size = len(value.encode("utf-8", "surrogatepass"))
+    if size > limits.max_grammar_bytes:
+        raise LimitExceeded("the grammar", "max_grammar_bytes", limits.max_grammar_bytes, "bytes", f"it is {size} bytes")
+    return Constraint(Kind.GRAMMAR, value)
+
+
+def schema_constraint(schema: Any, limits: Limits = DEFAULT_LIMITS) -> Constraint:
+    """A JSON Schema (text, dict or bool) as a constraint on its canonical text (size-checked first)."""
+    from poot_vllm.core.json_schema import canonical_schema_text
+
+    return Constraint(Kind.JSON, canonical_schema_text(schema, limits))
+
+
+def _sizeof(value: Any) -> int:
+    nbytes = getattr(value, "nbytes", None)
+    if nbytes is not None:
+        return int(nbytes)
+    transitions = getattr(value, "transitions", None)
+    if transitions is not None:
+        return int(transitions.nbytes) + 256
+    return 4096
+
+
+_automata: ByteLRU[Any] = ByteLRU(64 * 1024 * 1024, _sizeof)
+
+
+def compile_automaton(constraint: Constraint, limits: Limits = DEFAULT_LIMITS) -> Any:
+    """The vocabulary-independent automaton: a ``DFA``, or a parsed grammar.
+
+    Raises :class:`PootError` for anything poot refuses.
+    """
+    key = (constraint, limits)
+    return _automata.get_or_build(key, lambda: _build(constraint, limits))
+
+
+def _build(constraint: Constraint, limits: Limits) -> Any:
+    from poot_vllm.core.automata import compilers as compile_mod
+
+    kind, spec = constraint.kind, constraint.spec
+    if kind is Kind.REGEX:
+        return compile_mod.compile_regex(spec, limits)
+    if kind is Kind.CHOICE:
+        return compile_mod.compile_choice(json.loads(spec), limits)
+    if kind is Kind.JSON:
+        from poot_vllm.core.json_schema import compile_json_schema
+
+        return compile_json_schema(spec, limits)
+    if kind is Kind.TOOL_CALL:
+        from poot_vllm.core.tool_calls import compile_tool_call_constraint
+
+        return compile_tool_call_constraint(spec, limits)
+    if kind is Kind.GRAMMAR:
+        from poot_vllm.core.grammar import parse_gbnf
+
+        return parse_gbnf(spec, limits)
+    if kind is Kind.JSON_OBJECT:
+        from poot_vllm.core.grammar import json_object_grammar
+
+        return json_object_grammar()
+    raise PootError(f"unknown constraint kind {kind!r}")
+
+
+def check_mask_work(automaton: Any, vocab_size: int, limits: Limits = DEFAULT_LIMITS) -> None:
+    """Refuse a DFA whose token masks would cost more than ``limits.max_mask_work``
+    to compute for a ``vocab_size`` vocabulary (an estimate; see
+    :func:`poot_vllm.core.masks.estimate_mask_work`).  Grammars are not DFAs: no-op."""
+    if getattr(automaton, "transitions", None) is None:
+        return
+    from poot_vllm.core.masks import estimate_mask_work
+
+    work = estimate_mask_work(automaton, vocab_size)
+    if work > limits.max_mask_work:
+        n = int(automaton.transitions.shape[0])
+        raise LimitExceeded("computing the token masks of this constraint", "max_mask_work",
+                            limits.max_mask_work, "trie-node visits",
+                            f"estimated {work} for {n} automaton states over {vocab_size} tokens; "
+                            "fewer or shorter free-text parts (string properties, '.*', long patterns) cost less")
+
+
+def check(constraint: Constraint, limits: Limits = DEFAULT_LIMITS) -> None:
+    """Validate a constraint completely (what the API server runs before the engine)."""
+    compile_automaton(constraint, limits)

@@ -1,0 +1,40 @@
+"""JSON Schema -> poot regex, exactly (refusing what cannot be enforced).
+
+See docs/json-schema.md for the supported subset, the refusals and every
+departure from JSON Schema (all of them narrowings: poot may emit fewer of
+the valid documents, never an invalid one).
+"""
+
+from __future__ import annotations
+
+from poot_vllm.core.automata.compilers import regex_to_dfa
+from poot_vllm.core.automata.dfa import DFA
+from poot_vllm.core.json_schema.compiler import FREE_FORM_DEPTH, MAX_SCHEMA_DEPTH, canonical_schema_text, parse_schema
+from poot_vllm.core.json_schema.compiler import schema_to_regex as _schema_to_regex
+from poot_vllm.core.limits import DEFAULT_LIMITS, Limits
+
+
+def schema_to_regex(schema: dict | bool | str, limits: Limits = DEFAULT_LIMITS) -> str:
+    """The regex (poot syntax) whose matches are JSON texts valid for ``schema``.
+
+    ``schema`` is a parsed schema or its JSON text (text over
+    ``limits.max_schema_bytes`` raises ``LimitExceeded`` before parsing;
+    non-JSON text raises ``ConstraintSyntaxError``).  Keywords poot cannot
+    enforce exactly raise ``UnsupportedConstruct`` naming the keyword and its
+    JSON pointer; a regex longer than ``limits.max_schema_regex_bytes`` raises
+    ``LimitExceeded`` while it is being built.
+    """
+    return _schema_to_regex(schema, limits)
+
+
+def compile_json_schema(schema: "dict | bool | str", limits: Limits = DEFAULT_LIMITS) -> DFA:
+    """The DFA of the JSON texts poot emits for a JSON Schema (see docs/json-schema.md).
+
+    The generated regex is bounded by ``max_schema_regex_bytes`` while it is
+    built, so the user-regex limit ``max_regex_bytes`` does not apply to it.
+    """
+    return regex_to_dfa(schema_to_regex(schema, limits), limits)
+
+
+__all__ = ["schema_to_regex", "compile_json_schema", "canonical_schema_text", "parse_schema",
+           "FREE_FORM_DEPTH", "MAX_SCHEMA_DEPTH"]

@@ -1,0 +1,876 @@
+"""Compile a JSON Schema into one regex over the reply's JSON text.
+
+The guarantee: every string the regex matches parses as JSON and validates
+against the schema (checked with ``jsonschema`` in the tests).  poot may
+*narrow* (emit fewer of the valid documents: sorted keys, only listed keys,
+at most one space between tokens, ...) but never widens; a keyword it cannot
+enforce exactly is refused with :class:`UnsupportedConstruct`, naming the
+keyword and its JSON pointer.  docs/json-schema.md lists every choice.
+
+The regex text is bounded by ``limits.max_schema_regex_bytes`` *while* it is
+built: every fragment is measured as it is made, so a schema whose regex
+would blow up (e.g. nested ``$ref`` fan-out) stops at the first fragment
+that passes the bound.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any, Iterable
+
+from poot_vllm.core.errors import ConstraintSyntaxError, LimitExceeded, PootError, UnsupportedConstruct
+from poot_vllm.core.json_schema import charsets as cs
+from poot_vllm.core.json_schema.formats import FORMAT_LENGTHS, FORMATS
+from poot_vllm.core.json_schema.patterns import PatternError, translate_pattern
+from poot_vllm.core.json_schema.ranges import integer_range_regex
+from poot_vllm.core.json_schema.refs import ref_to_pointer, resolve_pointer
+from poot_vllm.core.limits import Limits
+
+#: Between tokens poot allows exactly one optional space, after ',' and ':' only.
+WS = " ?"
+COLON = ":" + WS
+COMMA = "," + WS
+STRING = f'"{cs.JSON_CHAR}*"'
+NUMBER = "-?(?:0|[1-9][0-9]*)(?:\\.[0-9]+)?(?:[eE][+\\-]?[0-9]+)?"
+INTEGER = "(?:0|-?[1-9][0-9]*)"
+#: Free-form values (``{}``, ``true``, untyped containers) nest at most this
+#: many containers deep.  Each level quadruples the regex (depth 2 is ~5 KB,
+#: depth 3 ~20 KB, a large share of the automaton budget per occurrence).
+FREE_FORM_DEPTH = 2
+#: Optional object members that may be the first one emitted (see _member_list).
+FIRST_KEY_WINDOW = 8
+#: Schema nesting (including inlined ``$ref``) deeper than this is refused.
+MAX_SCHEMA_DEPTH = 64
+
+ANNOTATIONS = frozenset(
+    """title description examples example default $schema $id id $comment deprecated readOnly
+    writeOnly contentMediaType contentEncoding contentSchema $anchor $dynamicAnchor $vocabulary
+    $defs definitions""".split()
+)
+OBJECT_KW = frozenset("properties required additionalProperties minProperties maxProperties".split())
+ARRAY_KW = frozenset("items prefixItems additionalItems minItems maxItems uniqueItems".split())
+STRING_KW = frozenset("minLength maxLength pattern format".split())
+NUMBER_KW = frozenset("minimum maximum exclusiveMinimum exclusiveMaximum".split())
+COMBINATORS = frozenset("$ref allOf anyOf oneOf enum const type".split())
+#: Keywords that constrain values but that poot cannot enforce exactly, and why.
+REFUSED_ANY_TYPE = {
+    "not": "negation is not expressible as a finite set of spellings",
+    "then": "conditional schemas (if/then/else) are not supported",
+    "else": "conditional schemas (if/then/else) are not supported",
+    "$dynamicRef": "dynamic references are not supported",
+    "$recursiveRef": "recursive references are not supported",
+}
+REFUSED_BY_TYPE = {
+    "object": {
+        "patternProperties": "only listed properties are emitted; list the keys in 'properties'",
+        "dependentRequired": "conditional requirements are not supported",
+        "dependentSchemas": "conditional schemas are not supported",
+        "dependencies": "conditional requirements are not supported",
+        "propertyNames": "constraints on property names are not supported",
+        "unevaluatedProperties": "unevaluatedProperties is not supported; use additionalProperties",
+    },
+    "array": {
+        "contains": "'contains' is not supported",
+        "minContains": "'contains' is not supported",
+        "maxContains": "'contains' is not supported",
+        "unevaluatedItems": "unevaluatedItems is not supported; use items",
+    },
+    "number": {"multipleOf": "multipleOf is not supported"},
+    "integer": {"multipleOf": "multipleOf is not supported"},
+}
+KNOWN = (
+    ANNOTATIONS | OBJECT_KW | ARRAY_KW | STRING_KW | NUMBER_KW | COMBINATORS
+    | set(REFUSED_ANY_TYPE) | {"if"} | {k for d in REFUSED_BY_TYPE.values() for k in d}
+)
+TYPE_ORDER = ("object", "array", "string", "integer", "number", "boolean", "null")
+TYPE_KEYWORDS = {"object": OBJECT_KW, "array": ARRAY_KW, "string": STRING_KW, "number": NUMBER_KW}
+
+
+def refusal(keyword: str, pointer: str, reason: str) -> UnsupportedConstruct:
+    """An :class:`UnsupportedConstruct` naming the keyword and where it sits."""
+    where = f"{pointer}/{keyword}" if not keyword.startswith("<") else (pointer or "/")
+    err = UnsupportedConstruct(f"unsupported keyword '{keyword}' at {where}: {reason}")
+    err.keyword = keyword  # type: ignore[attr-defined]
+    err.pointer = where  # type: ignore[attr-defined]
+    return err
+
+
+def bad_value(keyword: str, pointer: str, expected: str, value: Any) -> ConstraintSyntaxError:
+    return ConstraintSyntaxError(f"'{keyword}' at {pointer}/{keyword} must be {expected}, got {json.dumps(value)[:80]}")
+
+
+def _escape_token(token: str) -> str:
+    return token.replace("~", "~0").replace("/", "~1")
+
+
+def json_type_of(value: Any) -> str:
+    """The JSON Schema type of a decoded JSON value ('integer' for whole numbers, like jsonschema)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "integer" if value.is_integer() else "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    return "object"
+
+
+def value_key(value: Any) -> Any:
+    """A hashable key equal for equal JSON values (1 == 1.0, but true != 1)."""
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return (type(value).__name__, value)
+    if isinstance(value, (int, float)):
+        return ("num", value)
+    if isinstance(value, list):
+        return ("list", tuple(value_key(v) for v in value))
+    return ("dict", frozenset((k, value_key(v)) for k, v in value.items()))
+
+
+def _type_set(value: Any, pointer: str) -> set[str]:
+    names = [value] if isinstance(value, str) else value
+    if not isinstance(names, list) or not all(isinstance(n, str) and n in TYPE_ORDER for n in names):
+        raise bad_value("type", pointer, f"one of {list(TYPE_ORDER)} or a list of them", value)
+    return set(names)
+
+
+def _group(regex: str) -> str:
+    return f"(?:{regex})"
+
+
+def _alternation(alts: list[str]) -> str:
+    unique = list(dict.fromkeys(alts))
+    return unique[0] if len(unique) == 1 else _group("|".join(unique))
+
+
+def _repeat(regex: str, lo: int, hi: int | None) -> str:
+    """``regex`` repeated lo..hi times (hi None = unbounded)."""
+    if hi == 0:
+        return ""
+    quant = {(0, None): "*", (1, None): "+", (0, 1): "?", (1, 1): ""}.get((lo, hi))
+    if quant is None:
+        quant = f"{{{lo}}}" if lo == hi else f"{{{lo},}}" if hi is None else f"{{{lo},{hi}}}"
+    return _group(regex) + quant if quant else regex
+
+
+def counted_list(item: str, lo: int, hi: int | None) -> str:
+    """lo..hi comma-separated copies of ``item``."""
+    if hi == 0:
+        return ""
+    rest = _repeat(COMMA + item, max(lo - 1, 0), None if hi is None else hi - 1)
+    return item + rest if lo >= 1 else _group(item + rest) + "?"
+
+
+class SchemaCompiler:
+    """One compilation: the root document (for ``$ref``), the limits, caches."""
+
+    def __init__(self, root: Any, limits: Limits) -> None:
+        self.root = root
+        self.limits = limits
+        self.ref_cache: dict[str, str] = {}
+        self._any_cache: dict[int, str] = {}
+        schema_uri = root.get("$schema", "") if isinstance(root, dict) else ""
+        self.draft4 = isinstance(schema_uri, str) and ("draft-04" in schema_uri or "draft-03" in schema_uri)
+
+    # -- bounds ---------------------------------------------------------------
+    def check(self, regex: str, pointer: str) -> str:
+        self.check_size(len(regex), pointer)
+        return regex
+
+    def check_size(self, size: int, pointer: str) -> None:
+        if size > self.limits.max_schema_regex_bytes:
+            raise LimitExceeded(
+                "the regex compiled from the JSON schema",
+                "max_schema_regex_bytes",
+                self.limits.max_schema_regex_bytes,
+                "characters",
+                f"passed at {pointer or '/'}",
+            )
+
+    # -- free-form values -----------------------------------------------------
+    def any_value(self, depth: int = FREE_FORM_DEPTH) -> str:
+        """Any JSON value with at most ``depth`` nested containers."""
+        if depth not in self._any_cache:
+            scalars = [STRING, NUMBER, "true", "false", "null"]
+            if depth > 0:
+                inner = self.any_value(depth - 1)
+                scalars = [
+                    f"\\[{counted_list(inner, 0, None)}\\]",
+                    f"\\{{{counted_list(STRING + COLON + inner, 0, None)}\\}}",
+                ] + scalars
+            self._any_cache[depth] = self.check(_alternation(scalars), "")
+        return self._any_cache[depth]
+
+    # -- entry ------------------------------------------------------------------
+    def compile(self, schema: Any, pointer: str = "", refs: tuple[str, ...] = (), depth: int = 0) -> str:
+        """Regex for the JSON texts poot emits for ``schema`` (found at ``pointer``)."""
+        if depth > MAX_SCHEMA_DEPTH:
+            raise refusal("<nesting>", pointer, f"schemas nested deeper than {MAX_SCHEMA_DEPTH} levels are not supported")
+        if schema is True:
+            return self.any_value()
+        if schema is False:
+            raise refusal("<false>", pointer, "the schema 'false' matches no value")
+        if not isinstance(schema, dict):
+            raise ConstraintSyntaxError(f"the schema at {pointer or '/'} must be an object or a boolean, got {type(schema).__name__}")
+        for kw, reason in REFUSED_ANY_TYPE.items():
+            if kw in schema:
+                raise refusal(kw, pointer, reason)
+        if "$ref" in schema:
+            target = ref_to_pointer(schema["$ref"], f"{pointer}/$ref")
+            if not self._constraining(schema, exclude=("$ref",)):
+                return self._compile_ref(target, pointer, refs, depth)
+        if "$ref" in schema or "allOf" in schema:
+            merged, followed = self.flatten(schema, pointer, refs)
+            return self.compile(merged, pointer, refs + followed, depth + 1)
+        for comb in ("anyOf", "oneOf"):
+            if comb in schema:
+                return self._compile_alternatives(schema, comb, pointer, refs, depth)
+        if "enum" in schema or "const" in schema:
+            return self._compile_enum(schema, pointer, refs, depth)
+        return self._compile_typed(schema, pointer, refs, depth)
+
+    def _constraining(self, schema: dict, exclude: Iterable[str] = ()) -> list[str]:
+        """The keywords of ``schema`` that constrain values (unknown keywords are ignored, like jsonschema does)."""
+        skip = set(exclude)
+        out = [k for k in schema if k in KNOWN and k not in ANNOTATIONS and k not in skip]
+        if "if" in out and "then" not in schema and "else" not in schema:
+            out.remove("if")  # 'if' alone constrains nothing
+        return out
+
+    def _compile_ref(self, target: str, pointer: str, refs: tuple[str, ...], depth: int) -> str:
+        if target in refs:
+            raise refusal("$ref", pointer, f"recursive reference to '#{target}' (a cycle) is not supported")
+        if target not in self.ref_cache:
+            sub = resolve_pointer(self.root, target, f"{pointer}/$ref")
+            self.ref_cache[target] = self.compile(sub, target, refs + (target,), depth + 1)
+        return self.ref_cache[target]
+
+    # -- allOf / $ref merging ---------------------------------------------------
+    def flatten(self, schema: Any, pointer: str, refs: tuple[str, ...]) -> tuple[Any, tuple[str, ...]]:
+        """Inline top-level ``$ref`` and merge ``allOf`` into one schema (refs followed, for cycle checks)."""
+        if isinstance(schema, bool):
+            return schema, ()
+        if not isinstance(schema, dict):
+            raise ConstraintSyntaxError(f"the schema at {pointer or '/'} must be an object or a boolean, got {type(schema).__name__}")
+        followed: tuple[str, ...] = ()
+        parts: list[Any] = []
+        rest = {k: v for k, v in schema.items() if k not in ("$ref", "allOf")}
+        parts.append(rest)
+        if "$ref" in schema:
+            target = ref_to_pointer(schema["$ref"], f"{pointer}/$ref")
+            if target in refs + followed:
+                raise refusal("$ref", pointer, f"recursive reference to '#{target}' (a cycle) is not supported")
+            sub, more = self.flatten(resolve_pointer(self.root, target, f"{pointer}/$ref"), target, refs + (target,))
+            followed += (target,) + more
+            parts.append(sub)
+        if "allOf" in schema:
+            subs = schema["allOf"]
+            if not isinstance(subs, list) or not subs:
+                raise bad_value("allOf", pointer, "a non-empty array of schemas", subs)
+            for i, sub in enumerate(subs):
+                flat, more = self.flatten(sub, f"{pointer}/allOf/{i}", refs + followed)
+                followed += more
+                parts.append(flat)
+        merged: Any = True
+        for part in parts:
+            merged = self.merge(merged, part, pointer)
+        return merged, followed
+
+    def merge(self, a: Any, b: Any, pointer: str) -> Any:
+        """One schema whose valid values are exactly those valid for both ``a`` and ``b`` (or a refusal)."""
+        if a is False or b is False:
+            return False
+        if a is True or a == {}:
+            return b
+        if b is True or b == {}:
+            return a
+        out: dict[str, Any] = {}
+        keys = [k for k in dict.fromkeys([*a, *b]) if k not in ANNOTATIONS and k in KNOWN]
+        if any(k in a or k in b for k in ("properties", "additionalProperties")):
+            self._merge_objects(a, b, out)
+        for k in keys:
+            if k in ("properties", "additionalProperties"):
+                continue
+            if k not in a or k not in b:
+                out[k] = a[k] if k in a else b[k]
+                continue
+            va, vb = a[k], b[k]
+            if k == "required":
+                out[k] = list(dict.fromkeys([*va, *vb])) if isinstance(va, list) and isinstance(vb, list) else va
+            elif k == "type":
+                ta, tb = _type_set(va, pointer), _type_set(vb, pointer)
+                both = (ta & tb) | ({"integer"} if ("integer" in ta and "number" in tb) or ("number" in ta and "integer" in tb) else set())
+                out[k] = sorted(both)
+            elif k in ("enum", "const"):
+                la = va if k == "enum" else [va]
+                lb = {value_key(v) for v in (vb if k == "enum" else [vb])} if isinstance(vb, list) or k == "const" else set()
+                if not isinstance(la, list):
+                    raise bad_value(k, pointer, "an array", va)
+                out["enum" if k == "enum" else "const"] = [v for v in la if value_key(v) in lb] if k == "enum" else va
+                if k == "const" and value_key(va) != value_key(vb):
+                    out.pop("const")
+                    out["enum"] = []
+            elif k in ("minimum", "minLength", "minItems", "minProperties") or (k == "exclusiveMinimum" and not isinstance(va, bool) and not isinstance(vb, bool)):
+                out[k] = max(va, vb)
+            elif k in ("maximum", "maxLength", "maxItems", "maxProperties") or (k == "exclusiveMaximum" and not isinstance(va, bool) and not isinstance(vb, bool)):
+                out[k] = min(va, vb)
+            elif k in ("exclusiveMinimum", "exclusiveMaximum") and isinstance(va, bool) and isinstance(vb, bool):
+                out[k] = va or vb  # exclusive is the narrower reading of both
+            elif k == "items" and isinstance(va, (dict, bool)) and isinstance(vb, (dict, bool)):
+                out[k] = {"allOf": [va, vb]}
+            elif json.dumps(va, sort_keys=True) == json.dumps(vb, sort_keys=True):
+                out[k] = va
+            else:
+                raise refusal("allOf", pointer, f"cannot merge two different '{k}' values exactly; combine them by hand")
+        return out
+
+    @staticmethod
+    def _merge_objects(a: dict, b: dict, out: dict) -> None:
+        """Per-key merge: a key's schema on each side is its property schema, else that side's additionalProperties."""
+        pa, pb = a.get("properties", {}), b.get("properties", {})
+        if not isinstance(pa, dict) or not isinstance(pb, dict):
+            return
+        apa, apb = a.get("additionalProperties", True), b.get("additionalProperties", True)
+
+        def both(x: Any, y: Any) -> Any:
+            parts = [s for s in (x, y) if s is not True and s != {}]
+            if any(s is False for s in parts):
+                return False
+            return parts[0] if len(parts) == 1 else {"allOf": parts} if parts else {}
+
+        out["properties"] = {k: both(pa.get(k, apa), pb.get(k, apb)) for k in dict.fromkeys([*pa, *pb])}
+        if "additionalProperties" in a or "additionalProperties" in b:
+            out["additionalProperties"] = both(apa, apb)
+
+    # -- anyOf / oneOf ------------------------------------------------------------
+    def _compile_alternatives(self, schema: dict, comb: str, pointer: str, refs: tuple[str, ...], depth: int) -> str:
+        branches = schema[comb]
+        if not isinstance(branches, list) or not branches:
+            raise bad_value(comb, pointer, "a non-empty array of schemas", branches)
+        rest = {k: v for k, v in schema.items() if k != comb}
+        constraining = self._constraining(rest)
+        flat: list[tuple[Any, str, tuple[str, ...]]] = []
+        for i, branch in enumerate(branches):
+            where = f"{pointer}/{comb}/{i}"
+            if not isinstance(branch, (dict, bool)):
+                raise ConstraintSyntaxError(f"the schema at {where} must be an object or a boolean, got {type(branch).__name__}")
+            if constraining:
+                merged, followed = self.flatten({"allOf": [rest, branch]}, where, refs)
+                flat.append((merged, where, followed))
+            else:
+                flat.append((branch, where, ()))
+        if comb == "oneOf":
+            self._check_disjoint(flat, pointer, refs)
+        alts = []
+        for branch, where, followed in flat:
+            if branch is False:
+                continue  # contributes nothing
+            alts.append(self.compile(branch, where, refs + followed, depth + 1))
+        if not alts:
+            raise refusal(comb, pointer, "no branch can produce a value")
+        return self.check(_alternation(alts), pointer)
+
+    def _deref(self, schema: Any, refs: tuple[str, ...]) -> Any:
+        """Follow plain ``$ref`` chains (a helper for checks; compile() reports ref errors)."""
+        seen: set[str] = set()
+        while isinstance(schema, dict) and "$ref" in schema and not self._constraining(schema, exclude=("$ref",)):
+            try:
+                target = ref_to_pointer(schema["$ref"], "")
+                if target in seen:
+                    return True
+                seen.add(target)
+                schema = resolve_pointer(self.root, target, "")
+            except PootError:
+                return schema  # compiling it reports the problem with its real pointer
+        return schema
+
+    def _semantic_types(self, schema: Any, refs: tuple[str, ...]) -> set[str]:
+        """Types a schema accepts *by JSON Schema semantics* (not poot's narrowed output)."""
+        schema = self._deref(schema, refs)
+        every = set(TYPE_ORDER)
+        if not isinstance(schema, dict):
+            return every if schema is not False else set()
+        types = every
+        if "type" in schema:
+            types = _type_set(schema["type"], "")
+            if "number" in types:
+                types = types | {"integer"}
+        if "const" in schema:
+            types = types & {json_type_of(schema["const"])}
+        if isinstance(schema.get("enum"), list):
+            types = types & {json_type_of(v) for v in schema["enum"]}
+        return types
+
+    def _values(self, schema: Any) -> set | None:
+        """The set of allowed values (as value keys) if the schema pins them with const/enum."""
+        if not isinstance(schema, dict):
+            return None
+        sets = []
+        if "const" in schema:
+            sets.append({value_key(schema["const"])})
+        if isinstance(schema.get("enum"), list):
+            sets.append({value_key(v) for v in schema["enum"]})
+        if not sets:
+            return None
+        return set.intersection(*sets)
+
+    def _disjoint(self, a: Any, b: Any, refs: tuple[str, ...]) -> bool:
+        a, b = self._deref(a, refs), self._deref(b, refs)
+        ta, tb = self._semantic_types(a, refs), self._semantic_types(b, refs)
+        if not (ta & tb):
+            return True
+        va, vb = self._values(a), self._values(b)
+        if va is not None and vb is not None and not (va & vb):
+            return True
+        # Objects told apart by a required discriminator property whose values differ.
+        if ta & tb == {"object"} and isinstance(a, dict) and isinstance(b, dict):
+            pa, pb = a.get("properties", {}), b.get("properties", {})
+            ra, rb = set(a.get("required", [])), set(b.get("required", []))
+            if isinstance(pa, dict) and isinstance(pb, dict):
+                for key in ra & rb & set(pa) & set(pb):
+                    xa, xb = self._values(self._deref(pa[key], refs)), self._values(self._deref(pb[key], refs))
+                    if xa is not None and xb is not None and not (xa & xb):
+                        return True
+        return False
+
+    def _check_disjoint(self, flat: list[tuple[Any, str, tuple[str, ...]]], pointer: str, refs: tuple[str, ...]) -> None:
+        for i in range(len(flat)):
+            for j in range(i + 1, len(flat)):
+                if not self._disjoint(flat[i][0], flat[j][0], refs + flat[i][2] + flat[j][2]):
+                    raise refusal(
+                        "oneOf",
+                        pointer,
+                        f"branches {i} and {j} may both match a value (which oneOf forbids); "
+                        "give them different types or a required property with different 'const' values, or use anyOf",
+                    )
+
+    # -- enum / const ---------------------------------------------------------------
+    def value_regex(self, value: Any, pointer: str) -> str:
+        """Regex for the canonical spelling of a JSON value (sorted keys, optional single spaces)."""
+        if isinstance(value, dict):
+            items = [cs.escape_text(json.dumps(k, ensure_ascii=False)) + COLON + self.value_regex(v, pointer) for k, v in sorted(value.items())]
+            return self.check("\\{" + COMMA.join(items) + "\\}", pointer)
+        if isinstance(value, list):
+            return self.check("\\[" + COMMA.join(self.value_regex(v, pointer) for v in value) + "\\]", pointer)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConstraintSyntaxError(f"the value at {pointer} is not finite JSON ({value})")
+        text = json.dumps(value, ensure_ascii=False)
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise refusal("enum", pointer, "a string value holds a lone surrogate, which UTF-8 cannot spell") from exc
+        return self.check(cs.escape_text(text), pointer)
+
+    def _compile_enum(self, schema: dict, pointer: str, refs: tuple[str, ...], depth: int) -> str:
+        values: list[Any]
+        if "enum" in schema:
+            if not isinstance(schema["enum"], list):
+                raise bad_value("enum", pointer, "an array", schema["enum"])
+            values = list(schema["enum"])
+            if "const" in schema:
+                values = [v for v in values if value_key(v) == value_key(schema["const"])]
+        else:
+            values = [schema["const"]]
+        keyword = "enum" if "enum" in schema else "const"
+        rest = {k: v for k, v in schema.items() if k not in ("enum", "const")}
+        constraining = self._constraining(rest)
+        if constraining == ["type"]:
+            allowed = _type_set(rest["type"], pointer)
+            if "number" in allowed:
+                allowed.add("integer")
+            values = [v for v in values if json_type_of(v) in allowed]
+        elif constraining:
+            # Keep the values the other keywords accept: a value whose compact
+            # canonical text matches their (never wider) regex is valid.  The
+            # match runs on poot's own automaton (budgeted, linear in the
+            # value): Python's backtracking ``re`` over a user's pattern and
+            # values is exponential for patterns like ``^(a+)+$``.
+            from poot_vllm.core.automata.compilers import regex_matches
+
+            texts = [json.dumps(v, ensure_ascii=False, sort_keys=True, separators=(",", ":")) for v in values]
+            keep = regex_matches(self.compile(rest, pointer, refs, depth + 1),
+                                 [t.encode("utf-8", "surrogatepass") for t in texts], self.limits)
+            values = [v for v, ok in zip(values, keep) if ok]
+        unique = list({json.dumps(v, sort_keys=True): v for v in values}.values())
+        if not unique:
+            raise refusal(keyword, pointer, "no value satisfies this keyword together with the schema's other keywords")
+        alts = [self.value_regex(v, pointer) for v in unique]
+        return self.check(_alternation(alts), pointer)
+
+    # -- typed schemas ------------------------------------------------------------------
+    def _compile_typed(self, schema: dict, pointer: str, refs: tuple[str, ...], depth: int) -> str:
+        if "type" in schema:
+            types = _type_set(schema["type"], pointer)
+            if not types:
+                raise refusal("type", pointer, "no type satisfies every branch (the schema matches no value)")
+        else:
+            # No 'type': poot narrows to the types whose keywords appear (all
+            # types when none do), so {"properties": ...} means an object.
+            types = {t for t, kws in TYPE_KEYWORDS.items() if any(k in schema for k in kws)}
+            types |= {t for t, kws in REFUSED_BY_TYPE.items() if t != "integer" and any(k in schema for k in kws)}
+            if not types:
+                types = set(TYPE_ORDER) - {"integer"}
+        if "number" in types:
+            types.discard("integer")  # number's spellings include every integer's
+        for t in types:
+            for kw, reason in REFUSED_BY_TYPE.get(t, {}).items():
+                if kw in schema and not (kw == "unevaluatedProperties" and schema[kw] is True):
+                    raise refusal(kw, pointer, reason)
+        alts = []
+        for t in TYPE_ORDER:
+            if t not in types:
+                continue
+            if t == "object":
+                alts.append(self._compile_object(schema, pointer, refs, depth))
+            elif t == "array":
+                alts.append(self._compile_array(schema, pointer, refs, depth))
+            elif t == "string":
+                alts.append(self._compile_string(schema, pointer))
+            elif t == "integer":
+                alts.append(self._compile_integer(schema, pointer))
+            elif t == "number":
+                alts.append(self._compile_number(schema, pointer))
+            elif t == "boolean":
+                alts.append("(?:true|false)")
+            else:
+                alts.append("null")
+        return self.check(_alternation(alts), pointer)
+
+    def _count(self, schema: dict, keyword: str, pointer: str) -> int | None:
+        value = schema.get(keyword)
+        if value is None:
+            return None
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise bad_value(keyword, pointer, "a non-negative integer", value)
+        return value
+
+    # objects
+    def _compile_object(self, schema: dict, pointer: str, refs: tuple[str, ...], depth: int) -> str:
+        props = schema.get("properties", {})
+        if not isinstance(props, dict):
+            raise bad_value("properties", pointer, "an object", props)
+        required = schema.get("required", [])
+        if not isinstance(required, list) or not all(isinstance(r, str) for r in required):
+            raise bad_value("required", pointer, "an array of strings", required)
+        extra = schema.get("additionalProperties", True)
+        if not isinstance(extra, (dict, bool)):
+            raise bad_value("additionalProperties", pointer, "a schema", extra)
+        lo = self._count(schema, "minProperties", pointer) or 0
+        hi = self._count(schema, "maxProperties", pointer)
+        if not props and not required:
+            return self._compile_map(extra, lo, hi, pointer, refs, depth)
+        required_set = set(required)
+        entries: list[tuple[str, Any, str, bool]] = []  # key, schema, pointer, required
+        for key in sorted(set(props) | required_set):
+            if key in props:
+                sub, where = props[key], f"{pointer}/properties/{_escape_token(key)}"
+            else:
+                sub, where = extra, f"{pointer}/additionalProperties"
+            if sub is False or (isinstance(sub, dict) and self._deref(sub, refs) is False):
+                if key in required_set:
+                    raise refusal("required", pointer, f"required property {key!r} is forbidden by its schema (false)")
+                continue
+            entries.append((key, sub, where, key in required_set))
+        n_required = sum(1 for e in entries if e[3])
+        if hi is not None and hi < n_required:
+            raise refusal("maxProperties", pointer, f"maxProperties={hi} is below the {n_required} required properties")
+        if lo > len(entries):
+            raise refusal("minProperties", pointer, f"minProperties={lo} needs more keys than the {len(entries)} listed in 'properties'")
+        # Narrowing for the counts: promote the first optional keys to
+        # required until minProperties holds; drop the last optional keys
+        # until maxProperties holds.
+        need = lo - n_required
+        keep_optional = None if hi is None else hi - max(lo, n_required)
+        shaped: list[tuple[str, Any, str, bool]] = []
+        for key, sub, where, req in entries:
+            if not req and need > 0:
+                req, need = True, need - 1
+            elif not req and keep_optional is not None:
+                if keep_optional == 0:
+                    continue
+                keep_optional -= 1
+            shaped.append((key, sub, where, req))
+        items = []
+        for key, sub, where, req in shaped:
+            value = self.compile(sub, where, refs, depth + 1)
+            items.append((cs.escape_text(json.dumps(key, ensure_ascii=False)) + COLON + value, req))
+        return self.check("\\{" + self._member_list(items, pointer) + "\\}", pointer)
+
+    def _member_list(self, items: list[tuple[str, bool]], pointer: str) -> str:
+        """Comma-correct regex for the members in order, optional ones skippable (linear size).
+
+        L_k (members 0..k, at least one present) is built from L_{k-1}:
+        optional: (?:L_{k-1}(,m_k)?|m_k)    required: (?:L_{k-1},)?m_k
+        Once a required member has been placed L_{k-1} is never empty, so
+        these simplify to L_{k-1}(,m_k)? and L_{k-1},m_k.
+
+        The optional form nests one group per member; to keep the group
+        depth bounded, only the first ``FIRST_KEY_WINDOW`` optional members
+        may *start* the object (narrowing: a later optional member appears
+        only after an earlier member or a required one).
+        """
+        acc: str | None = None  # L_{k-1}
+        seen_required = False
+        opened = 0  # optional members that may start the object
+        for item, req in items:
+            if acc is None:
+                acc = item
+                opened = 0 if req else 1
+            elif seen_required:
+                acc = acc + (COMMA + item if req else _group(COMMA + item) + "?")
+            elif req:
+                acc = _group(acc + COMMA) + "?" + item
+            elif opened < FIRST_KEY_WINDOW:
+                acc = _group(f"{acc}(?:{COMMA}{item})?|{item}")
+                opened += 1
+            else:
+                acc = acc + _group(COMMA + item) + "?"
+            seen_required = seen_required or req
+            self.check(acc, pointer)
+        if acc is None:
+            return ""
+        return acc if seen_required else _group(acc) + "?"
+
+    def _compile_map(self, extra: Any, lo: int, hi: int | None, pointer: str, refs: tuple[str, ...], depth: int) -> str:
+        """An object with no listed keys: free keys whose values follow additionalProperties."""
+        if extra is False or (hi == 0):
+            if lo > 0:
+                raise refusal("minProperties", pointer, "no property is allowed, so minProperties cannot hold")
+            return "\\{\\}"
+        if lo > 1:
+            # Free keys may repeat, and a repeated key counts once.
+            raise refusal("minProperties", pointer, "minProperties > 1 needs distinct free keys; list the keys in 'properties'")
+        value = self.any_value(FREE_FORM_DEPTH - 1) if extra is True or extra == {} else self.compile(extra, f"{pointer}/additionalProperties", refs, depth + 1)
+        member = STRING + COLON + value
+        return self.check("\\{" + counted_list(member, lo, hi) + "\\}", pointer)
+
+    # arrays
+    def _compile_array(self, schema: dict, pointer: str, refs: tuple[str, ...], depth: int) -> str:
+        lo = self._count(schema, "minItems", pointer) or 0
+        hi = self._count(schema, "maxItems", pointer)
+        unique = schema.get("uniqueItems", False)
+        if not isinstance(unique, bool):
+            raise bad_value("uniqueItems", pointer, "a boolean", unique)
+        if unique and (hi is None or hi > 1):
+            raise refusal("uniqueItems", pointer, "uniqueItems is only supported with maxItems <= 1")
+        items = schema.get("items", True)
+        prefix: list[Any] = []
+        prefix_kw = "prefixItems"
+        if "prefixItems" in schema:
+            prefix = schema["prefixItems"]
+            if not isinstance(prefix, list):
+                raise bad_value("prefixItems", pointer, "an array of schemas", prefix)
+            rest, rest_where = items, f"{pointer}/items"
+        elif isinstance(items, list):  # draft-4..7 tuple form
+            prefix, prefix_kw = items, "items"
+            rest, rest_where = schema.get("additionalItems", True), f"{pointer}/additionalItems"
+        else:
+            rest, rest_where = items, f"{pointer}/items"
+        if not isinstance(rest, (dict, bool)):
+            raise bad_value("items", pointer, "a schema", rest)
+        if rest is False:
+            hi = len(prefix) if hi is None else min(hi, len(prefix))
+        # Narrowing: the tuple part is always emitted in full (up to maxItems).
+        n_prefix = len(prefix) if hi is None else min(len(prefix), hi)
+        lo = max(lo, n_prefix)
+        if hi is not None and lo > hi:
+            raise refusal("minItems", pointer, f"minItems={lo} cannot hold with maxItems={hi} / the item schemas")
+        parts = [self.compile(prefix[i], f"{pointer}/{prefix_kw}/{i}", refs, depth + 1) for i in range(n_prefix)]
+        more_lo = lo - n_prefix
+        more_hi = None if hi is None else hi - n_prefix
+        body = COMMA.join(parts)
+        if more_hi != 0:
+            element = self.any_value(FREE_FORM_DEPTH - 1) if rest is True or rest == {} else self.compile(rest, rest_where, refs, depth + 1)
+            if parts:
+                body += _repeat(COMMA + element, more_lo, more_hi)
+            else:
+                body = counted_list(element, more_lo, more_hi)
+        return self.check("\\[" + body + "\\]", pointer)
+
+    # strings
+    def _compile_string(self, schema: dict, pointer: str) -> str:
+        lo = self._count(schema, "minLength", pointer) or 0
+        hi = self._count(schema, "maxLength", pointer)
+        if hi is not None and lo > hi:
+            raise refusal("minLength", pointer, f"minLength={lo} is above maxLength={hi}")
+        fmt = schema.get("format")
+        pattern = schema.get("pattern")
+        if fmt is not None and not isinstance(fmt, str):
+            raise bad_value("format", pointer, "a string", fmt)
+        if pattern is not None and not isinstance(pattern, str):
+            raise bad_value("pattern", pointer, "a string", pattern)
+        if fmt is not None and pattern is not None:
+            raise refusal("pattern", pointer, "'pattern' together with 'format' is not supported; use one of them")
+        if fmt is not None:
+            if fmt not in FORMATS:
+                raise refusal("format", pointer, f"format {fmt!r} is not supported (supported: {', '.join(sorted(FORMATS))})")
+            content, (fmin, fmax) = FORMATS[fmt], FORMAT_LENGTHS[fmt]
+            self._lengths_implied(lo, hi, fmin, fmax, "format", pointer)
+        elif pattern is not None:
+            try:
+                translated = translate_pattern(pattern, lambda n: self.check_size(n, pointer))
+            except PatternError as exc:
+                if exc.unsupported:
+                    raise refusal("pattern", pointer, f"{exc} (pattern {pattern!r})") from None
+                raise ConstraintSyntaxError(f"'pattern' at {pointer}/pattern is not a valid regex: {exc}") from None
+            content = translated.regex
+            self._lengths_implied(lo, hi, translated.min_len, translated.max_len, "pattern", pointer)
+        else:
+            content = _repeat(cs.JSON_CHAR, lo, hi)
+        return self.check(f'"{content}"', pointer)
+
+    @staticmethod
+    def _lengths_implied(lo: int, hi: int | None, cmin: int, cmax: int | None, keyword: str, pointer: str) -> None:
+        """minLength/maxLength with pattern/format: accepted only when the content's own lengths already satisfy them."""
+        if cmin >= lo and (hi is None or (cmax is not None and cmax <= hi)):
+            return
+        bound = "minLength" if cmin < lo else "maxLength"
+        raise refusal(bound, pointer, f"'{bound}' together with '{keyword}' is supported only when '{keyword}' already implies it (put the length into the pattern, e.g. {{m,n}})")
+
+    # numbers
+    def _bound(self, schema: dict, keyword: str, pointer: str) -> float | int | None:
+        value = schema.get(keyword)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise bad_value(keyword, pointer, "a finite number", value)
+        return value
+
+    def _exclusive(self, schema: dict, keyword: str, base: str, pointer: str) -> tuple[float | int | None, bool]:
+        """(bound, exclusive) from minimum/exclusiveMinimum in either the draft-4 or the draft-6+ form."""
+        value = schema.get(keyword)
+        if isinstance(value, bool):
+            if not self.draft4:
+                raise refusal(keyword, pointer, 'the boolean form is draft-04 syntax: add "$schema": "http://json-schema.org/draft-04/schema#" or use a number')
+            return self._bound(schema, base, pointer), value
+        return self._bound(schema, keyword, pointer), True
+
+    def _integer_bounds(self, schema: dict, pointer: str) -> tuple[int | None, int | None]:
+        lo: int | None = None
+        hi: int | None = None
+        m = self._bound(schema, "minimum", pointer)
+        if m is not None:
+            lo = math.ceil(m)
+        x = self._bound(schema, "maximum", pointer)
+        if x is not None:
+            hi = math.floor(x)
+        e, excl = self._exclusive(schema, "exclusiveMinimum", "minimum", pointer)
+        if e is not None and excl:
+            lo = max(lo, math.floor(e) + 1) if lo is not None else math.floor(e) + 1
+        e, excl = self._exclusive(schema, "exclusiveMaximum", "maximum", pointer)
+        if e is not None and excl:
+            hi = min(hi, math.ceil(e) - 1) if hi is not None else math.ceil(e) - 1
+        return lo, hi
+
+    def _compile_integer(self, schema: dict, pointer: str) -> str:
+        lo, hi = self._integer_bounds(schema, pointer)
+        if lo is None and hi is None:
+            return INTEGER
+        if lo is not None and hi is not None and lo > hi:
+            raise refusal("minimum", pointer, f"no integer lies in [{lo}, {hi}]")
+        return self.check(integer_range_regex(lo, hi), pointer)
+
+    def _compile_number(self, schema: dict, pointer: str) -> str:
+        if not any(k in schema for k in NUMBER_KW):
+            return NUMBER
+        # Bounds are supported when they are whole numbers within 2**53 (so
+        # every decimal rounds monotonically onto the right side of them).
+        # Exclusive bounds become inclusive ones a unit inside (narrowing).
+        for kw in NUMBER_KW:
+            v = schema.get(kw)
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                if not math.isfinite(v) or v != math.floor(v) or abs(v) > 2**53:
+                    raise refusal(kw, pointer, "number bounds must be whole numbers within 2**53; use 'integer' or scale the value")
+        lo, hi = self._integer_bounds(schema, pointer)
+        if lo is not None and hi is not None and lo > hi:
+            raise refusal("minimum", pointer, f"no number lies in [{lo}, {hi}] (exclusive bounds are narrowed to whole steps)")
+        frac = "(?:\\.[0-9]+)?"
+        zeros = "(?:\\.0+)?"
+        alts: list[str] = []
+        # Non-negative values x = n.f: n in [a, hi-1] with any fraction, n = hi with a zero fraction.
+        if hi is None or hi >= 0:
+            a = max(lo, 0) if lo is not None else 0
+            if hi is None:
+                alts.append(integer_range_regex(a, None) + frac)
+            else:
+                if a <= hi - 1:
+                    alts.append(integer_range_regex(a, hi - 1) + frac)
+                alts.append(integer_range_regex(hi, hi) + zeros)
+        # Negative values -(n.f), magnitude in [c, d], never -0.
+        if lo is None or lo < 0:
+            c = max(-hi, 0) if hi is not None else 0
+            d = -lo if lo is not None else None
+            neg: list[str] = []
+            if c == 0:
+                neg.append("0\\.[0-9]*[1-9][0-9]*")
+                c = 1
+            if d is None:
+                neg.append(integer_range_regex(c, None) + frac)
+            elif c <= d:
+                if c <= d - 1:
+                    neg.append(integer_range_regex(c, d - 1) + frac)
+                neg.append(integer_range_regex(d, d) + zeros)
+            if neg:
+                alts.append("-" + _alternation(neg))
+        return self.check(_alternation(alts), pointer)
+
+
+def _parse_canonical(schema: dict | bool | str, limits: Limits) -> tuple[Any, str]:
+    """The schema as Python data and its canonical text (sorted keys, compact), both size-checked.
+
+    JSON text is measured before it is parsed; the canonical text is what
+    ``max_schema_bytes`` bounds (so spacing and key order do not count).
+    """
+    if isinstance(schema, str):
+        size = len(schema.encode("utf-8", "surrogatepass"))
+        if size > limits.max_schema_bytes:
+            raise LimitExceeded("the JSON schema", "max_schema_bytes", limits.max_schema_bytes, "bytes", f"got {size}")
+
+        def no_constants(name: str) -> Any:
+            raise ValueError(f"{name} is not JSON")
+
+        try:
+            schema = json.loads(schema, parse_constant=no_constants)
+        except (ValueError, RecursionError) as exc:
+            raise ConstraintSyntaxError(f"the JSON schema is not valid JSON: {exc}") from None
+    if not isinstance(schema, (dict, bool)):
+        raise ConstraintSyntaxError(
+            f"a JSON schema must be an object or a boolean (or its JSON text), not {type(schema).__name__}")
+    try:
+        text = json.dumps(schema, ensure_ascii=False, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise ConstraintSyntaxError(f"the JSON schema is not JSON data: {exc}") from None
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size > limits.max_schema_bytes:
+        raise LimitExceeded("the JSON schema", "max_schema_bytes", limits.max_schema_bytes, "bytes", f"got {size}")
+    return schema, text
+
+
+def parse_schema(schema: dict | bool | str, limits: Limits) -> Any:
+    """The schema as Python data; JSON text is size-checked before it is parsed."""
+    return _parse_canonical(schema, limits)[0]
+
+
+def canonical_schema_text(schema: dict | bool | str, limits: Limits) -> str:
+    """The schema's canonical JSON text (sorted keys, compact), size-checked.
+
+    What a constraint carries from the API server to the engine and what
+    caches key on, so equal schemas written differently compile once.
+    """
+    return _parse_canonical(schema, limits)[1]
+
+
+def schema_to_regex(schema: dict | bool | str, limits: Limits) -> str:
+    """See :func:`poot_vllm.core.json_schema.schema_to_regex`."""
+    root = parse_schema(schema, limits)
+    try:
+        return SchemaCompiler(root, limits).compile(root)
+    except RecursionError:
+        raise refusal("<nesting>", "", "the schema is nested too deeply") from None

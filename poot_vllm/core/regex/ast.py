@@ -1,0 +1,105 @@
+"""The regex syntax tree the parser produces and the automaton builder reads.
+
+Four node kinds suffice once groups, anchors and laziness are resolved (they
+do not change which strings fully match):
+
+* :class:`Chars` - one code point from a set (literals, classes, ``.``);
+* :class:`Concat` - a sequence (``Concat(())`` matches only the empty string);
+* :class:`Alt` - an alternation (``Alt(())`` matches nothing);
+* :class:`Repeat` - ``item{min,max}``, ``max=None`` for unbounded.
+
+The constructors below simplify as they build (flattening, dropping branches
+that match nothing), so a tree that can match some string contains no
+``Alt(())`` at all: every position of the automaton lies on an accepting path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Union
+
+from poot_vllm.core.regex.charsets import CodepointSet, single
+
+
+@dataclass(frozen=True)
+class Chars:
+    ranges: CodepointSet
+
+
+@dataclass(frozen=True)
+class Concat:
+    items: tuple["Node", ...]
+
+
+@dataclass(frozen=True)
+class Alt:
+    items: tuple["Node", ...]
+
+
+@dataclass(frozen=True)
+class Repeat:
+    item: "Node"
+    min: int
+    max: int | None
+
+
+Node = Union[Chars, Concat, Alt, Repeat]
+
+EPSILON = Concat(())
+NOTHING = Alt(())
+
+
+def chars(ranges: CodepointSet) -> Node:
+    return Chars(ranges) if ranges else NOTHING
+
+
+def concat(items: "list[Node] | tuple[Node, ...]") -> Node:
+    flat: list[Node] = []
+    for item in items:
+        if item == NOTHING:
+            return NOTHING
+        if isinstance(item, Concat):
+            flat.extend(item.items)
+        else:
+            flat.append(item)
+    return flat[0] if len(flat) == 1 else Concat(tuple(flat))
+
+
+def alt(items: "list[Node] | tuple[Node, ...]") -> Node:
+    flat: list[Node] = []
+    for item in items:
+        if isinstance(item, Alt):
+            flat.extend(item.items)
+        else:
+            flat.append(item)
+    return flat[0] if len(flat) == 1 else Alt(tuple(flat))
+
+
+def repeat(item: Node, lo: int, hi: int | None) -> Node:
+    if hi == 0 or item == EPSILON:
+        return EPSILON
+    if item == NOTHING:
+        return EPSILON if lo == 0 else NOTHING
+    if lo == 1 and hi == 1:
+        return item
+    return Repeat(item, lo, hi)
+
+
+def literal_text(text: str) -> Node:
+    """The node matching exactly ``text`` (lone surrogates match nothing)."""
+    return concat([chars(single(ord(c))) for c in text])
+
+
+def position_count(node: Node) -> int:
+    """NFA positions after counted repetitions are expanded (computed, not built).
+
+    ``x{m,n}`` takes ``n`` copies of ``x``, ``x{m,}`` takes ``max(m, 1)``
+    (the last copy loops).  Python ints cannot overflow, so a pattern like
+    ``(?:a{1000}){1000}`` is measured without being expanded.
+    """
+    if isinstance(node, Chars):
+        return 1
+    if isinstance(node, (Concat, Alt)):
+        return sum(position_count(i) for i in node.items)
+    copies = node.max if node.max is not None else max(node.min, 1)
+    return copies * position_count(node.item)
