@@ -32,8 +32,9 @@ sys.path.insert(0, str(REPO))
 
 from poot_vllm.core.errors import PootError  # noqa: E402
 from poot_vllm.core.json_schema import schema_to_regex  # noqa: E402
-from poot_vllm.core.json_schema import charsets as cs  # noqa: E402
-from poot_vllm.core.json_schema.patterns import _Parser  # noqa: E402
+from poot_vllm.core.regex import ast  # noqa: E402
+from poot_vllm.core.regex import charsets as cs  # noqa: E402
+from poot_vllm.core.regex.parser import parse  # noqa: E402
 from poot_vllm.core.limits import DEFAULT_LIMITS  # noqa: E402
 
 try:
@@ -62,12 +63,11 @@ def load_items(bench: Path = BENCH) -> list[dict]:
     return items
 
 
-# -- random sampling from a regex (poot syntax parses with the pattern parser) --------
+# -- random sampling from a regex (parsed by poot's regex front end) ----------------
 _SAFE_POOL = [(0x20, 0x7E), (0xA0, 0x24F), (0x4E00, 0x4E20), (0x1F600, 0x1F610)]
 
 
-def _pick_char(ranges: cs.Ranges, rng: random.Random) -> str:
-    ranges = cs.subtract(ranges, [(0xD800, 0xDFFF)])
+def _pick_char(ranges: cs.CodepointSet, rng: random.Random) -> str:
     # Prefer "ordinary" characters so samples look like text, but sometimes take any member.
     pool = [(max(lo, plo), min(hi, phi)) for lo, hi in ranges for plo, phi in _SAFE_POOL if max(lo, plo) <= min(hi, phi)]
     if not pool or rng.random() < 0.1:
@@ -76,32 +76,30 @@ def _pick_char(ranges: cs.Ranges, rng: random.Random) -> str:
     return chr(rng.randint(lo, hi))
 
 
-def _sample(node: Any, rng: random.Random, out: list[str], budget: list[int]) -> None:
-    kind = node[0]
-    if kind == "set":
-        out.append(_pick_char(node[1], rng))
-    elif kind == "seq":
-        for item in node[1]:
+def _sample(node: ast.Node, rng: random.Random, out: list[str], budget: list[int]) -> None:
+    if isinstance(node, ast.Chars):
+        out.append(_pick_char(node.ranges, rng))
+    elif isinstance(node, ast.Concat):
+        for item in node.items:
             _sample(item, rng, out, budget)
-    elif kind == "alt":
-        _sample(rng.choice(node[1]), rng, out, budget)
-    elif kind == "rep":
-        _, inner, lo, hi = node
-        n = lo
-        while (hi is None or n < hi) and budget[0] > 0 and rng.random() < 0.5:
+    elif isinstance(node, ast.Alt):
+        _sample(rng.choice(node.items), rng, out, budget)
+    elif isinstance(node, ast.Repeat):
+        n = node.min
+        while (node.max is None or n < node.max) and budget[0] > 0 and rng.random() < 0.5:
             n += 1
         budget[0] -= n
         for _ in range(n):
-            _sample(inner, rng, out, budget)
+            _sample(node.item, rng, out, budget)
 
 
-_PARSE_CACHE: dict[str, Any] = {}
+_PARSE_CACHE: dict[str, ast.Node] = {}
 
 
 def sample_regex(regex: str, rng: random.Random) -> str:
     """A random string matching ``regex`` (counted repeats are cut short where they may be)."""
     if regex not in _PARSE_CACHE:
-        _PARSE_CACHE[regex] = _Parser(regex).parse()
+        _PARSE_CACHE[regex] = parse(regex)
     out: list[str] = []
     _sample(_PARSE_CACHE[regex], rng, out, [200])
     return "".join(out)

@@ -16,11 +16,10 @@ encodings, surrogates or code points past U+10FFFF.
 
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 from functools import lru_cache
 
-from poot_vllm.core.regex.charsets import CodepointSet
+from poot_vllm.core.regex.charsets import MAX_CODEPOINT, Clipper, CodepointSet
 
 #: Edge target meaning "a whole code point has been read".
 DONE = -1
@@ -32,7 +31,7 @@ _LENGTHS = (
     (1, 0x0000, 0x007F, 0x00, 0x7F),
     (2, 0x0080, 0x07FF, 0xC2, 0xDF),
     (3, 0x0800, 0xFFFF, 0xE0, 0xEF),
-    (4, 0x10000, 0x10FFFF, 0xF0, 0xF4),
+    (4, 0x10000, MAX_CODEPOINT, 0xF0, 0xF4),
 )
 _LEAD_PAYLOAD_MASK = {1: 0x7F, 2: 0x1F, 3: 0x0F, 4: 0x07}
 
@@ -60,21 +59,6 @@ class CodepointAutomaton:
                 return i == len(data) - 1
             q = target
         return False
-
-
-class _Clipper:
-    """Intersections of a code point set with intervals, by binary search."""
-
-    def __init__(self, cps: CodepointSet) -> None:
-        self.ranges = cps
-        self.los = [lo for lo, _ in cps]
-        self.his = [hi for _, hi in cps]
-
-    def clip(self, a: int, b: int) -> tuple[tuple[int, int], ...]:
-        """Ranges of the set inside ``[a, b]``, shifted so ``a`` is 0."""
-        i = bisect_left(self.his, a)
-        j = bisect_right(self.los, b)
-        return tuple((max(lo, a) - a, min(hi, b) - a) for lo, hi in self.ranges[i:j])
 
 
 @lru_cache(maxsize=512)
@@ -105,7 +89,7 @@ def codepoint_automaton(cps: CodepointSet) -> CodepointAutomaton:
         states[sid] = _merge(targets)
         return sid
 
-    clipper = _Clipper(cps)
+    clipper = Clipper(cps)
     targets: list[tuple[int, int]] = []
     for length, first_cp, last_cp, first_lead, last_lead in _LENGTHS:
         if length == 1:

@@ -12,9 +12,11 @@ the next line that starts with ``name ::=``; ``|``, sequences, ``( )``,
 comments, entry rule ``root``.  Characters are Unicode code points, matched as
 UTF-8; surrogate code points (which UTF-8 cannot encode) are never matched.
 
-The AST keeps character classes as resolved code-point ranges (negation and
-``.`` already applied), so the emitter and the cost model see one canonical
-form.
+Classes are read by the regex front end's class parser
+(:mod:`poot_vllm.core.regex.classes`, with GBNF's members and messages), and
+the AST keeps them as resolved :mod:`~poot_vllm.core.regex.charsets` sets
+(negation and ``.`` already applied), so the emitter and the cost model see
+one canonical form.
 """
 
 from __future__ import annotations
@@ -25,9 +27,9 @@ from typing import Union
 
 from poot_vllm.core.errors import ConstraintSyntaxError, LimitExceeded
 from poot_vllm.core.limits import DEFAULT_LIMITS, Limits
-
-MAX_CODE_POINT = 0x10FFFF
-SURROGATES = (0xD800, 0xDFFF)
+from poot_vllm.core.regex import charsets as cs
+from poot_vllm.core.regex.classes import parse_class
+from poot_vllm.core.regex.tokens import Tokens
 
 # ----------------------------------------------------------------------- AST
 
@@ -98,32 +100,7 @@ class Grammar:
         raise KeyError(name)
 
 
-ANY_CHAR = CharClass(((0, SURROGATES[0] - 1), (SURROGATES[1] + 1, MAX_CODE_POINT)))
-
-
-def normalize_ranges(ranges: list[tuple[int, int]], negate: bool = False) -> tuple[tuple[int, int], ...]:
-    """Sort and merge ``ranges``, complement if ``negate``, and drop surrogates."""
-    merged: list[list[int]] = []
-    for lo, hi in sorted(ranges):
-        if merged and lo <= merged[-1][1] + 1:
-            merged[-1][1] = max(merged[-1][1], hi)
-        else:
-            merged.append([lo, hi])
-    if negate:
-        comp, nxt = [], 0
-        for lo, hi in merged:
-            if lo > nxt:
-                comp.append([nxt, lo - 1])
-            nxt = hi + 1
-        if nxt <= MAX_CODE_POINT:
-            comp.append([nxt, MAX_CODE_POINT])
-        merged = comp
-    out: list[tuple[int, int]] = []
-    for lo, hi in merged:
-        for a, b in ((lo, min(hi, SURROGATES[0] - 1)), (max(lo, SURROGATES[1] + 1), hi)):
-            if a <= b:
-                out.append((a, b))
-    return tuple(out)
+ANY_CHAR = CharClass(cs.ANY_CHAR)
 
 
 # --------------------------------------------------------------------- lexing
@@ -311,9 +288,9 @@ class _Parser:
             if len(digits) != n or not all(d in "0123456789abcdefABCDEF" for d in digits):
                 raise self.error(f"bad escape: \\{e} needs exactly {n} hex digits", start)
             cp = int(digits, 16)
-            if cp > MAX_CODE_POINT:
+            if cp > cs.MAX_CODEPOINT:
                 raise self.error(f"bad escape: \\{e}{digits} is past U+10FFFF", start)
-            if SURROGATES[0] <= cp <= SURROGATES[1]:
+            if cs.SURROGATES[0] <= cp <= cs.SURROGATES[1]:
                 raise self.error(f"bad escape: \\{e}{digits} is a surrogate, which UTF-8 cannot encode", start)
             self.pos += 2 + n
             return cp
@@ -331,35 +308,41 @@ class _Parser:
                 self.pos += 1
                 return Literal("".join(chars))
             cp = self.parse_char('"')
-            if SURROGATES[0] <= cp <= SURROGATES[1]:  # a raw lone surrogate in a Python str
+            if cs.SURROGATES[0] <= cp <= cs.SURROGATES[1]:  # a raw lone surrogate in a Python str
                 raise self.error("literal contains a surrogate code point", start)
             chars.append(chr(cp))
 
     def parse_class(self) -> CharClass:
+        """A ``[...]`` class, through the regex front end's class parser with GBNF's members."""
         start = self.pos
-        self.pos += 1
-        negate = self.peek() == "^"
-        if negate:
-            self.pos += 1
-        ranges: list[tuple[int, int]] = []
-        while True:
-            if self.pos >= len(self.text):
-                raise self.error("unterminated character class: missing closing ']'", start)
-            if self.text[self.pos] == "]":
-                self.pos += 1
-                break
-            lo = self.parse_char("]")
-            hi = lo
-            if self.peek() == "-" and self.text[self.pos + 1:self.pos + 2] not in ("]", ""):
-                self.pos += 1
-                hi = self.parse_char("]")
-                if hi < lo:
-                    raise self.error(f"character class range out of order: U+{lo:04X} > U+{hi:04X}", start)
-            ranges.append((lo, hi))
-        resolved = normalize_ranges(ranges, negate)
+        source = Tokens(self.text, start + 1, error=lambda text, msg, pos: self.error(msg, pos), trailing_backslash=None)
+        resolved = parse_class(source, _GbnfClasses(self), start)
+        self.pos = source.tell()
         if not resolved:
             raise self.error("character class matches no character", start)
         return CharClass(resolved)
+
+
+class _GbnfClasses:
+    """:class:`~poot_vllm.core.regex.classes.ClassSyntax` of GBNF: a first ``]`` closes, members are
+    single characters with GBNF's escapes (:meth:`_Parser.parse_char`, shared with literals)."""
+
+    close_first = True
+
+    def __init__(self, parser: _Parser) -> None:
+        self.parser = parser
+
+    def member(self, source: Tokens, token: str, pos: int, negated: bool) -> int:
+        self.parser.pos = pos
+        code = self.parser.parse_char("]")
+        source.seek(self.parser.pos)
+        return code
+
+    def unterminated(self, source: Tokens, start: int) -> ConstraintSyntaxError:
+        return self.parser.error("unterminated character class: missing closing ']'", start)
+
+    def bad_range(self, source: Tokens, start: int, this: str, that: str, lo: object, hi: object) -> ConstraintSyntaxError:
+        return self.parser.error(f"character class range out of order: U+{lo:04X} > U+{hi:04X}", start)
 
 
 # ----------------------------------------------------------------- validation

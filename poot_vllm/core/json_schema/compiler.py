@@ -20,18 +20,19 @@ import math
 from typing import Any, Iterable
 
 from poot_vllm.core.errors import ConstraintSyntaxError, LimitExceeded, PootError, UnsupportedConstruct
-from poot_vllm.core.json_schema import charsets as cs
 from poot_vllm.core.json_schema.formats import FORMAT_LENGTHS, FORMATS
 from poot_vllm.core.json_schema.patterns import PatternError, translate_pattern
 from poot_vllm.core.json_schema.ranges import integer_range_regex
 from poot_vllm.core.json_schema.refs import ref_to_pointer, resolve_pointer
+from poot_vllm.core.json_schema.strings import JSON_CHAR
 from poot_vllm.core.limits import Limits
+from poot_vllm.core.regex.escape import escape_text
 
 #: Between tokens poot allows exactly one optional space, after ',' and ':' only.
 WS = " ?"
 COLON = ":" + WS
 COMMA = "," + WS
-STRING = f'"{cs.JSON_CHAR}*"'
+STRING = f'"{JSON_CHAR}*"'
 NUMBER = "-?(?:0|[1-9][0-9]*)(?:\\.[0-9]+)?(?:[eE][+\\-]?[0-9]+)?"
 INTEGER = "(?:0|-?[1-9][0-9]*)"
 #: Free-form values (``{}``, ``true``, untyped containers) nest at most this
@@ -453,7 +454,7 @@ class SchemaCompiler:
     def value_regex(self, value: Any, pointer: str) -> str:
         """Regex for the canonical spelling of a JSON value (sorted keys, optional single spaces)."""
         if isinstance(value, dict):
-            items = [cs.escape_text(json.dumps(k, ensure_ascii=False)) + COLON + self.value_regex(v, pointer) for k, v in sorted(value.items())]
+            items = [escape_text(json.dumps(k, ensure_ascii=False)) + COLON + self.value_regex(v, pointer) for k, v in sorted(value.items())]
             return self.check("\\{" + COMMA.join(items) + "\\}", pointer)
         if isinstance(value, list):
             return self.check("\\[" + COMMA.join(self.value_regex(v, pointer) for v in value) + "\\]", pointer)
@@ -464,7 +465,7 @@ class SchemaCompiler:
             text.encode("utf-8")
         except UnicodeEncodeError as exc:
             raise refusal("enum", pointer, "a string value holds a lone surrogate, which UTF-8 cannot spell") from exc
-        return self.check(cs.escape_text(text), pointer)
+        return self.check(escape_text(text), pointer)
 
     def _compile_enum(self, schema: dict, pointer: str, refs: tuple[str, ...], depth: int) -> str:
         values: list[Any]
@@ -600,7 +601,7 @@ class SchemaCompiler:
         items = []
         for key, sub, where, req in shaped:
             value = self.compile(sub, where, refs, depth + 1)
-            items.append((cs.escape_text(json.dumps(key, ensure_ascii=False)) + COLON + value, req))
+            items.append((escape_text(json.dumps(key, ensure_ascii=False)) + COLON + value, req))
         return self.check("\\{" + self._member_list(items, pointer) + "\\}", pointer)
 
     def _member_list(self, items: list[tuple[str, bool]], pointer: str) -> str:
@@ -723,7 +724,7 @@ class SchemaCompiler:
             content = translated.regex
             self._lengths_implied(lo, hi, translated.min_len, translated.max_len, "pattern", pointer)
         else:
-            content = _repeat(cs.JSON_CHAR, lo, hi)
+            content = _repeat(JSON_CHAR, lo, hi)
         return self.check(f'"{content}"', pointer)
 
     @staticmethod

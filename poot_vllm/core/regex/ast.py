@@ -8,6 +8,10 @@ do not change which strings fully match):
 * :class:`Alt` - an alternation (``Alt(())`` matches nothing);
 * :class:`Repeat` - ``item{min,max}``, ``max=None`` for unbounded.
 
+:func:`~poot_vllm.core.regex.parser.parse_search` (``re.search``, for JSON
+Schema ``pattern``) also leaves :class:`Anchor` nodes, which its caller
+resolves; the automaton builder never sees one.
+
 The constructors below simplify as they build (flattening, dropping branches
 that match nothing), so a tree that can match some string contains no
 ``Alt(())`` at all: every position of the automaton lies on an accepting path.
@@ -41,6 +45,13 @@ class Repeat:
     item: "Node"
     min: int
     max: int | None
+
+
+@dataclass(frozen=True)
+class Anchor:
+    """A zero-width ``^`` (start of the text) or ``$`` (its end); only in :func:`parse_search` trees."""
+
+    kind: str
 
 
 Node = Union[Chars, Concat, Alt, Repeat]

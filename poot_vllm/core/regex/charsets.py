@@ -1,12 +1,17 @@
-"""Sets of Unicode code points as sorted, disjoint, inclusive ranges.
+"""Sets of Unicode code points as sorted, disjoint, inclusive ranges: poot's one range library.
+
+Every front end (``guided_regex``, JSON Schema ``pattern``, GBNF classes),
+the JSON string spelling and the UTF-8 automata use these sets, so a class
+means the same code points wherever it is written.
 
 A :data:`CodepointSet` never contains surrogates (U+D800..U+DFFF): poot's
 automata read UTF-8, and no valid UTF-8 text contains a surrogate, so a class
 that only matches surrogates matches nothing here.
 
-The ``\\d``, ``\\w`` and ``\\s`` classes are taken from Python's own ``re`` (run
-once over every code point, then cached), so they agree with ``re`` on str
-patterns by construction, whatever Unicode version this Python ships.
+The ``\\d``, ``\\w`` and ``\\s`` classes (the one Unicode class table) are taken
+from Python's own ``re`` (run once over every code point, then cached), so
+they agree with ``re`` on str patterns by construction, whatever Unicode
+version this Python ships.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from __future__ import annotations
 import re
 import sys
 from array import array
+from bisect import bisect_left, bisect_right
 from functools import lru_cache
 
 CodepointSet = tuple[tuple[int, int], ...]
@@ -23,6 +29,12 @@ SURROGATES = (0xD800, 0xDFFF)
 #: Every code point that can appear in UTF-8 text.
 ANY_CHAR: CodepointSet = ((0, SURROGATES[0] - 1), (SURROGATES[1] + 1, MAX_CODEPOINT))
 EMPTY: CodepointSet = ()
+#: ASCII members of ``\\d``, ``\\w``, ``\\s`` (what Python's ``re.ASCII`` gives).
+ASCII_CATEGORIES: dict[str, CodepointSet] = {
+    "d": ((0x30, 0x39),),
+    "w": ((0x30, 0x39), (0x41, 0x5A), (0x5F, 0x5F), (0x61, 0x7A)),
+    "s": ((0x09, 0x0D), (0x20, 0x20)),
+}
 
 
 def normalize(ranges: "list[tuple[int, int]] | tuple[tuple[int, int], ...]") -> CodepointSet:
@@ -52,7 +64,7 @@ def union(*sets: CodepointSet) -> CodepointSet:
 
 
 def complement(cps: CodepointSet) -> CodepointSet:
-    """Every UTF-8-encodable code point not in ``cps``."""
+    """Every UTF-8-encodable code point not in ``cps`` (``cps`` normalized)."""
     out: list[tuple[int, int]] = []
     nxt = 0
     for lo, hi in cps:
@@ -64,9 +76,49 @@ def complement(cps: CodepointSet) -> CodepointSet:
     return normalize(out)
 
 
+def subtract(a: CodepointSet, b: CodepointSet) -> CodepointSet:
+    """Code points in ``a`` but not in ``b``."""
+    return intersect(a, complement(b))
+
+
+def intersect(a: CodepointSet, b: CodepointSet) -> CodepointSet:
+    """Code points in both (both normalized); a linear merge of the two range lists."""
+    out: list[tuple[int, int]] = []
+    i = j = 0
+    while i < len(a) and j < len(b):
+        lo, hi = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+        if lo <= hi:
+            out.append((lo, hi))
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return tuple(out)
+
+
 @lru_cache(maxsize=4096)
 def single(cp: int) -> CodepointSet:
     return normalize([(cp, cp)])
+
+
+class Clipper:
+    """Intersections of one set with many intervals, by binary search.
+
+    The UTF-8 automaton asks for the part of a class under each of ~250 lead
+    bytes; a linear :func:`intersect` per lead byte would be quadratic on
+    ``\\w`` (~700 ranges).
+    """
+
+    def __init__(self, cps: CodepointSet) -> None:
+        self.ranges = cps
+        self.los = [lo for lo, _ in cps]
+        self.his = [hi for _, hi in cps]
+
+    def clip(self, a: int, b: int) -> CodepointSet:
+        """Ranges of the set inside ``[a, b]``, shifted so ``a`` is 0."""
+        i = bisect_left(self.his, a)
+        j = bisect_right(self.los, b)
+        return tuple((max(lo, a) - a, min(hi, b) - a) for lo, hi in self.ranges[i:j])
 
 
 @lru_cache(maxsize=None)
@@ -88,6 +140,16 @@ def category(letter: str) -> CodepointSet:
     text = _all_codepoints_text()
     spans = [(m.start(), m.end() - 1) for m in re.finditer("\\" + letter + "+", text)]
     return normalize(spans)
+
+
+def category_escape(escape: str) -> CodepointSet | None:
+    """The set of ``\\d \\w \\s \\D \\W \\S`` exactly as ``re`` on str patterns; None for other escapes."""
+    letter = escape[1:]
+    if letter in ("d", "w", "s"):
+        return category(letter)
+    if letter in ("D", "W", "S"):
+        return complement(category(letter.lower()))
+    return None
 
 
 #: ``.`` without DOTALL: anything but a newline.
