@@ -16,7 +16,14 @@ logger = logging.getLogger("vllm.poot")
 
 def register() -> None:
     from poot_vllm.adapter.patches import apply_all
+    from poot_vllm.core.limits import check_settings
 
-    # Registers through vLLM's native seams where present (patches/), else
-    # applies the runtime hooks; logs once which path is in use.
-    apply_all()
+    # A bad POOT_* setting stops the server at start, naming the variable
+    # (docs/safeguards.md), rather than failing the first constrained request.
+    check_settings()
+    try:
+        # Registers through vLLM's native seams where present (patches/), else
+        # applies the runtime hooks; logs once which path is in use.
+        apply_all()
+    except Exception:  # noqa: BLE001 - vLLM calls plugins without a try: never break vLLM
+        logger.exception("poot-vllm: registration failed; vLLM continues, the backend 'poot' is unavailable")

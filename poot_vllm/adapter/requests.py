@@ -142,18 +142,21 @@ def _check_native(params: Any, limits) -> None:
 
 def structured_outputs_for(request: Any, original) -> Any:
     """The engine-bound ``StructuredOutputsParams`` for a request (poot server)."""
+    from poot_vllm.adapter.params import params_kwargs
+    from poot_vllm.adapter.server_state import check_working
+    from poot_vllm.adapter.tool_forcing import tool_constraint_for
+    from poot_vllm.adapter.validation import to_validation_error
     from poot_vllm.core.constraints import check
     from poot_vllm.core.errors import PootError
-    from poot_vllm.adapter.validation import to_validation_error
-    from poot_vllm.adapter.params import params_kwargs
-    from poot_vllm.adapter.requests import select_constraint
     from poot_vllm.core.limits import server_limits
-    from poot_vllm.adapter.tool_forcing import tool_constraint_for
 
     limits = server_limits()
     field = "structured_outputs"
     try:
         selected = tool_constraint_for(request, limits)
+        if selected is not None or any((request.model_extra or {}).get(f) is not None for f in GUIDED_FIELDS) \
+                or getattr(request, "response_format", None) is not None:
+            check_working()  # a failed runtime patch: a 400 naming it, never an unconstrained reply
         if selected is None:
             selected = select_constraint(
                 request.model_extra or {}, response_format_dict(getattr(request, "response_format", None)), limits
@@ -203,3 +206,24 @@ def structured_outputs_unknown_backend(request: Any, original) -> Any:
         if fields.get(field) is not None:
             return _params_with(request, {_GUIDED_TO_PARAM[field]: fields[field]}, field)
     return original(request)
+
+
+def refuse_dropped_fields(request: Any) -> None:
+    """400 for ``guided_*`` fields that the failed ``request_fields`` patch would drop.
+
+    vLLM ignores those fields; only the ``request_fields`` patch turns them
+    into a constraint.  If it could not be applied in this process, a request
+    carrying them must not get an unconstrained reply.
+    """
+    from poot_vllm.adapter.server_state import check_working
+    from poot_vllm.adapter.validation import to_validation_error
+    from poot_vllm.core.errors import PootError
+
+    extra = getattr(request, "model_extra", None) or {}
+    present = [f for f in GUIDED_FIELDS if extra.get(f) is not None]
+    if not present:
+        return
+    try:
+        check_working(("request_fields",))
+    except PootError as exc:
+        raise to_validation_error(exc.with_field(present[0]), present[0]) from None

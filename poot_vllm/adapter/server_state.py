@@ -45,3 +45,42 @@ def server_backend() -> str | None:
 
 def poot_is_server_backend() -> bool:
     return server_backend() == "poot"
+
+
+# -- runtime patches that failed in this process (recorded by adapter/patches) -----------------
+_failures: dict[str, str] = {}
+
+
+def vllm_version() -> str:
+    try:
+        import vllm
+
+        return str(getattr(vllm, "__version__", "unknown"))
+    except Exception:  # a broken vLLM install: say so, do not fail here
+        return "unknown"
+
+
+def record_failed_patch(name: str, reason: str) -> None:
+    _failures[name] = reason
+
+
+def failed_patches() -> dict[str, str]:
+    """Hooks that could not be applied in this process: name -> reason."""
+    return dict(_failures)
+
+
+def check_working(names: "tuple[str, ...] | None" = None) -> None:
+    """Raise :class:`~poot_vllm.core.errors.PootError` if a patch (of ``names``, default any) failed here.
+
+    Called on the request path, so a request that poot cannot serve exactly
+    is a 400 naming the problem rather than an unconstrained reply.
+    """
+    failures = {n: r for n, r in _failures.items() if names is None or n in names}
+    if not failures:
+        return
+    from poot_vllm.core.errors import PootError
+
+    listed = "; ".join(f"{n} ({r})" for n, r in sorted(failures.items()))
+    raise PootError(
+        f"the poot backend cannot serve constrained requests on this vLLM {vllm_version()}: its runtime patches "
+        f"failed: {listed}. The server operator should install a supported vLLM (see poot-vllm's README)")

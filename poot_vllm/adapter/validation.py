@@ -39,14 +39,16 @@ def validate_for_poot(params, vocab_size: int | None = None) -> None:
     failed request in the engine).  ``param`` is the request field the
     request hook recorded (``_poot_field``), else ``structured_outputs``.
     """
+    from poot_vllm.adapter.params import constraint_from_params
+    from poot_vllm.adapter.server_state import check_working
     from poot_vllm.core.constraints import check_mask_work, compile_automaton
     from poot_vllm.core.errors import PootError
-    from poot_vllm.adapter.params import constraint_from_params
     from poot_vllm.core.limits import server_limits
 
     limits = server_limits()
     field = getattr(params, "_poot_field", None) or "structured_outputs"
     try:
+        check_working()  # a failed runtime patch: a 400 naming it, never a silently weaker constraint
         constraint = constraint_from_params(params, limits)
         automaton = compile_automaton(constraint, limits)
         if vocab_size:
@@ -73,9 +75,9 @@ def max_tokens_field(request: Any) -> str:
 def admit(params: Any, field: str = "max_tokens") -> None:
     """Raise ``VLLMValidationError`` (400) if ``params`` (``SamplingParams``)
     constrain the reply to something longer than ``params.max_tokens``."""
+    from poot_vllm.adapter.params import constraint_from_params
     from poot_vllm.core.budget import SERVER_VOCABULARY, ReplyDoesNotFit, check_reply_fits
     from poot_vllm.core.errors import PootError
-    from poot_vllm.adapter.params import constraint_from_params
     from poot_vllm.core.limits import budget_masks_enabled, server_limits
 
     so = getattr(params, "structured_outputs", None)

@@ -11,6 +11,7 @@ that module finishes executing, in whichever process imports it.  A
 from __future__ import annotations
 
 import importlib.abc
+import logging
 import sys
 import threading
 from types import ModuleType
@@ -24,12 +25,21 @@ def when_imported(name: str, callback: Callable[[ModuleType], None]) -> None:
     """Call ``callback(module)`` now if ``name`` is imported, else right after its import."""
     module = sys.modules.get(name)
     if module is not None:
-        callback(module)
+        _call(callback, module)
         return
     with _lock:
         _callbacks.setdefault(name, []).append(callback)
         if not any(isinstance(f, _PostImportFinder) for f in sys.meta_path):
             sys.meta_path.insert(0, _PostImportFinder())
+
+
+def _call(callback: Callable[[ModuleType], None], module: ModuleType) -> None:
+    """Run one callback; an exception is logged, never raised into vLLM's import of ``module``."""
+    try:
+        callback(module)
+    except Exception:  # noqa: BLE001 - a failing poot hook must not break vLLM
+        logging.getLogger("vllm.poot").exception(
+            "poot-vllm: a hook for %s failed; vLLM continues without it", module.__name__)
 
 
 def pending() -> list[str]:
@@ -68,7 +78,7 @@ class _CallbackLoader(importlib.abc.Loader):
         with _lock:
             callbacks = _callbacks.pop(self._name, [])
         for callback in callbacks:
-            callback(module)
+            _call(callback, module)
 
     def __getattr__(self, name: str) -> Any:  # get_source, get_filename, is_package, ...
         return getattr(self._loader, name)

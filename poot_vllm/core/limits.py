@@ -67,6 +67,14 @@ class Limits:
     max_mask_work: int = 128 * 1024 * 1024
     #: Bytes of cached token masks kept across compiled constraints (LRU).
     mask_cache_bytes: int = 512 * 1024 * KiB
+    #: API server: constraint checks run off the event loop on this many
+    #: threads (``adapter/offload.py``) ...
+    validation_workers: int = 2
+    #: ... with at most this many more requests waiting for a thread (past it:
+    #: a 503 at once, so a flood of heavy constraints cannot starve the server) ...
+    validation_queue: int = 64
+    #: ... and a client waits at most this long for the check (past it: a 503).
+    validation_timeout_ms: int = 20_000
 
     @classmethod
     def from_env(cls, environ: "os._Environ[str] | dict[str, str] | None" = None) -> "Limits":
@@ -77,9 +85,12 @@ class Limits:
             raw = env.get("POOT_" + f.name.upper())
             if raw is not None:
                 try:
-                    kwargs[f.name] = int(raw)
+                    value = int(raw)
                 except ValueError as exc:  # a bad deployment setting, not a request error
                     raise ValueError(f"POOT_{f.name.upper()} must be an integer, got {raw!r}") from exc
+                if value <= 0:
+                    raise ValueError(f"POOT_{f.name.upper()} must be a positive integer, got {raw!r}")
+                kwargs[f.name] = value
         return cls(**kwargs)
 
 
@@ -96,3 +107,20 @@ def server_limits() -> Limits:
 def budget_masks_enabled() -> bool:
     """Budget-aware masks (replies finish inside max_tokens); on unless POOT_BUDGET_MASKS=0."""
     return os.environ.get("POOT_BUDGET_MASKS", "1") not in ("0", "false", "False", "off")
+
+
+_SWITCHES = {"POOT_BUDGET_MASKS": ("1", "0", "true", "false", "True", "False", "on", "off")}
+
+
+def check_settings() -> None:
+    """Read every ``POOT_*`` setting now; raise ``ValueError`` naming a bad one.
+
+    Called when vLLM loads the plugin, so a mistyped deployment setting stops
+    the server at start instead of failing its first constrained request.
+    """
+    server_limits.cache_clear()
+    server_limits()
+    for name, allowed in _SWITCHES.items():
+        value = os.environ.get(name)
+        if value is not None and value not in allowed:
+            raise ValueError(f"{name} must be one of {', '.join(allowed)}, got {value!r}")

@@ -1,4 +1,6 @@
-"""Catastrophic-backtracking inputs through every request field, against a real server.
+"""Hostile-but-small requests through every field, against a real server, while /health is probed.
+
+Catastrophic-backtracking inputs, tool floods and heavy-but-admissible schemas.
 
 poot never runs a backtracking regex engine over user input: patterns and
 values are matched on its own automata, linear in their length.  Each case
@@ -127,3 +129,39 @@ def test_backtracking_pattern_in_a_forced_tool_call(bpe_server):
     assert elapsed < ANSWER_BOUND_S and probe.failures == 0 and probe.slowest < HEALTH_BOUND_S
     calls = resp.json()["choices"][0]["message"]["tool_calls"]
     assert calls and all(json.loads(c["function"]["arguments"]) == {"code": "aaaa"} for c in calls), calls
+
+
+def test_tool_flood_is_refused_fast(bpe_server):
+    """400 small tools with a forced call: the envelope passes its bound and is a 400, the loop stays free."""
+    tools = [{"type": "function", "function": {"name": f"tool_{i}", "parameters": {
+        "type": "object", "properties": {"q": {"type": "string", "maxLength": 20}, "k": {"type": "integer"}},
+        "required": ["q"], "additionalProperties": False}}} for i in range(400)]
+    body = {"model": bpe_server.model, "messages": [{"role": "user", "content": "go"}], "max_tokens": 40,
+            "tools": tools, "tool_choice": "required"}
+    resp, elapsed, probe = send_probed(bpe_server, "/chat/completions", body)
+    assert resp.status_code == 400, resp.text[:400]
+    assert "tool" in resp.json()["error"]["message"].lower(), resp.text[:400]
+    assert elapsed < ANSWER_BOUND_S and probe.failures == 0 and probe.slowest < HEALTH_BOUND_S, (elapsed, probe.slowest)
+
+
+def test_heavy_admissible_schemas_keep_health_answering(server):
+    """Distinct schemas near the mask-work bound, several at once: each served, /health answers meanwhile."""
+    import concurrent.futures
+
+    def schema(i: int) -> dict:
+        return {"type": "object", "description": f"variant {i}",
+                "properties": {"note": {"type": "string", "maxLength": 40}, "n": {"type": "integer"}},
+                "required": ["note", "n"], "additionalProperties": False}
+
+    def one(i: int) -> httpx.Response:
+        body = {"model": server.model, "prompt": "x", "max_tokens": 80, "guided_json": schema(i)}
+        return httpx.post(server.base_url + "/completions", json=body, timeout=ANSWER_BOUND_S * 4)
+
+    with HealthProbe(server.url) as probe, concurrent.futures.ThreadPoolExecutor(8) as pool:
+        responses = list(pool.map(one, range(8)))
+    assert probe.failures == 0 and probe.slowest < HEALTH_BOUND_S, probe.slowest
+    for i, resp in enumerate(responses):
+        assert resp.status_code == 200, resp.text[:300]
+        for choice in resp.json()["choices"]:
+            jsonschema.validate(json.loads(choice["text"]), schema(i))
+

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import inspect
 
+import pydantic
 import pytest
-
-vllm = pytest.importorskip("vllm")
+import vllm  # noqa: F401  -- a required test dependency: an import failure fails these tests, never skips them
 
 from poot_vllm.adapter.patches import HOOK_MODULES, all_hooks, apply_all, original  # noqa: E402
 
@@ -47,8 +47,13 @@ def test_config_accepts_poot_and_still_rejects_unknown():
     from vllm.config import StructuredOutputsConfig
 
     assert StructuredOutputsConfig(backend="poot").backend == "poot"
-    with pytest.raises(Exception):
+    from typing import get_args
+
+    kept = get_args(StructuredOutputsConfig.__poot_original_backend__)
+    assert "xgrammar" in kept and "poot" not in kept  # the original Literal, kept
+    with pytest.raises(pydantic.ValidationError, match="no-such-backend") as refused:
         StructuredOutputsConfig(backend="no-such-backend")
+    assert "'poot'" in str(refused.value) and "'xgrammar'" in str(refused.value)  # the choices, poot among them
 
 
 def _serve_parser():

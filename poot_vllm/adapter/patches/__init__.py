@@ -9,17 +9,30 @@ is what the ``vllm.general_plugins`` entry point calls in every vLLM process.
 Where a vLLM fork carries the seams from ``patches/`` (see docs/fork.md), the
 hook for that area is skipped: :func:`apply_all` asks each hook's
 ``seam_present()`` first.
+
+Fail-soft: vLLM loads plugins without a ``try``, and a hook runs inside the
+import of the module it patches, so an exception here would break vLLM for
+every backend.  A hook whose seam is missing or changed shape (checked by
+:func:`wrap` against the parameters the wrapper relies on) is recorded as
+``failed``, logged once with the vLLM version and the seam, and every other
+hook still applies; poot then refuses constrained requests with a 400 that
+names the failed patch (:func:`check_working`) instead of serving them
+unconstrained.  Each hook's ``versions`` is compared with the running vLLM
+at apply time (a warning outside them; the seam-shape check decides).
 """
 
 from __future__ import annotations
 
 import functools
 import importlib
+import inspect
 import logging
 import os
 import threading
 from dataclasses import dataclass
 from typing import Any, Callable
+
+from poot_vllm.adapter.server_state import record_failed_patch, vllm_version
 
 logger = logging.getLogger("vllm.poot")
 
@@ -33,6 +46,7 @@ HOOK_MODULES = (
     "request_fields",
     "budget_admission",
     "tool_responses",
+    "serving_offload",
 )
 
 
@@ -52,19 +66,39 @@ class Hook:
 
 
 
-def wrap(owner: Any, attr: str, make_wrapper: Callable[[Callable], Callable]) -> bool:
+class SeamChanged(RuntimeError):
+    """The vLLM callable a hook patches is missing or has another shape than the hook expects."""
+
+
+def wrap(owner: Any, attr: str, make_wrapper: Callable[[Callable], Callable],
+         expects: "tuple[str, ...] | None" = None) -> bool:
     """Replace ``owner.attr`` by ``make_wrapper(original)`` once.
+
+    ``expects``: the leading parameter names the wrapper relies on (wrappers
+    take ``*args, **kwargs`` after them and pass them through, so a parameter
+    vLLM adds later is no error); a callable whose parameters start
+    otherwise raises :class:`SeamChanged` and nothing is patched.
 
     Returns False if it was already wrapped (idempotent across repeated
     ``register()`` calls in one process).  The original stays reachable as
     ``wrapper.__poot_original__`` for tests and for unpatching.
     """
-    current = owner.__dict__.get(attr) if isinstance(owner, type) else getattr(owner, attr)
+    where = f"{getattr(owner, '__module__', '')}.{getattr(owner, '__qualname__', getattr(owner, '__name__', owner))}.{attr}"
+    current = owner.__dict__.get(attr) if isinstance(owner, type) else getattr(owner, attr, None)
     if current is None:
-        current = getattr(owner, attr)
+        current = getattr(owner, attr, None)
+    if current is None:
+        raise SeamChanged(f"{where} does not exist")
     raw = current.__func__ if isinstance(current, (classmethod, staticmethod)) else current
     if getattr(raw, "__poot_original__", None) is not None:
         return False
+    if expects is not None:
+        try:
+            names = tuple(inspect.signature(raw).parameters)
+        except (TypeError, ValueError):
+            names = ()
+        if names[: len(expects)] != tuple(expects):
+            raise SeamChanged(f"{where} takes ({', '.join(names)}), poot expects ({', '.join(expects)}, ...)")
     wrapper = make_wrapper(raw)
     functools.update_wrapper(wrapper, raw)
     wrapper.__poot_original__ = raw  # type: ignore[attr-defined]
@@ -125,19 +159,44 @@ _status: dict[str, str] = {}
 _settle_lock = threading.RLock()
 
 
+def version_supported(versions: str, version: str) -> bool:
+    """Whether ``version`` is one of a hook's ``versions`` ("0.32.x, 0.33.x (notes)")."""
+    prefixes = [v.strip().split()[0].removesuffix("x") for v in versions.split(",") if v.strip()]
+    return any(version.startswith(p) for p in prefixes if p)
+
+
 def _settle(name: str, module: Any) -> None:
-    """Decide and apply one hook, once: native seam, disabled, or applied."""
+    """Decide and apply one hook, once: native seam, disabled, applied, or failed.
+
+    Never raises: it runs inside the import of a vLLM module, and an
+    exception there would break vLLM for every backend.
+    """
     with _settle_lock:
         if _status.get(name) not in (None, "deferred"):
             return
-        seam_present = getattr(module, "seam_present", None)
-        if seam_present is not None and seam_present():
-            _status[name] = "native seam"
-        elif hooks_disabled():
-            _status[name] = "disabled"
-        else:
+        hook = getattr(module, "HOOK", None)
+        try:
+            seam_present = getattr(module, "seam_present", None)
+            if seam_present is not None and seam_present():
+                _status[name] = "native seam"
+                return
+            if hooks_disabled():
+                _status[name] = "disabled"
+                return
+            version = vllm_version()
+            if hook is not None and not version_supported(hook.versions, version):
+                logger.warning("poot-vllm: patch %r was checked against vLLM %s; this is vLLM %s: applying it "
+                               "only because its seam has the expected shape", name, hook.versions, version)
             module.apply()
             _status[name] = "applied"
+        except Exception as exc:  # noqa: BLE001 - any failure must leave vLLM importable
+            reason = f"{type(exc).__name__}: {exc}"
+            _status[name] = "failed"
+            record_failed_patch(name, reason)
+            logger.error(
+                "poot-vllm: could not patch %s on vLLM %s (%s); poot will refuse constrained requests that need "
+                "it, other backends are unaffected. Supported vLLM: %s",
+                getattr(hook, "target", name), vllm_version(), reason, getattr(hook, "versions", "?"))
 
 
 def hook_status() -> dict[str, str]:

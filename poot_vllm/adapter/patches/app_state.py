@@ -69,7 +69,7 @@ def apply() -> None:
         return init_app_state
 
     original = app_state.init_app_state
-    wrap(app_state, "init_app_state", make)
+    wrap(app_state, "init_app_state", make, expects=("engine_client",))
     # A module that imported the name before this hook ran still holds the original.
     for name in IMPORTERS:
         module = sys.modules.get(name)

@@ -35,10 +35,13 @@ def apply() -> None:
     from vllm.entrypoints.openai.completion.protocol import CompletionRequest
 
     from poot_vllm.adapter.server_state import poot_is_server_backend
+    from poot_vllm.adapter.requests import refuse_dropped_fields
     from poot_vllm.adapter.validation import admit, max_tokens_field, record_from_validation
 
     def make_to_sampling_params(orig):
         def to_sampling_params(self, max_tokens, *args, **kwargs):
+            if poot_is_server_backend():
+                refuse_dropped_fields(self)
             params = orig(self, max_tokens, *args, **kwargs)
             if poot_is_server_backend():
                 admit(params, max_tokens_field(self))
@@ -47,7 +50,7 @@ def apply() -> None:
         return to_sampling_params
 
     for cls in (ChatCompletionRequest, CompletionRequest):
-        wrap(cls, "to_sampling_params", make_to_sampling_params)
+        wrap(cls, "to_sampling_params", make_to_sampling_params, expects=("self", "max_tokens"))
 
     try:
         from vllm.renderers.base import BaseRenderer
@@ -62,4 +65,4 @@ def apply() -> None:
 
         return __init__
 
-    wrap(BaseRenderer, "__init__", make_renderer_init)
+    wrap(BaseRenderer, "__init__", make_renderer_init, expects=("self", "config", "tokenizer"))

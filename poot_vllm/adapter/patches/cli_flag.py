@@ -84,12 +84,12 @@ def apply() -> None:
         return add_cli_args
 
     def make_parse_args(orig):
-        def parse_args(self, args=None, namespace=None):
-            parsed = orig(self, args, namespace)
+        def parse_args(self, args=None, namespace=None, *rest, **kwargs):
+            parsed = orig(self, args, namespace, *rest, **kwargs)
             fold_backend_flag(parsed)
             return parsed
 
         return parse_args
 
-    wrap(EngineArgs, "add_cli_args", make_add_cli_args)
-    wrap(FlexibleArgumentParser, "parse_args", make_parse_args)
+    wrap(EngineArgs, "add_cli_args", make_add_cli_args, expects=("parser",))
+    wrap(FlexibleArgumentParser, "parse_args", make_parse_args, expects=("self", "args", "namespace"))

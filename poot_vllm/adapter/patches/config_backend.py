@@ -47,6 +47,8 @@ def apply() -> None:
     if BACKEND_NAME in names:
         return
     widened = Literal[names + (BACKEND_NAME,)]  # type: ignore[valid-type]
+    # Kept, like every patched callable's ``__poot_original__``, for tests and unpatching.
+    cls.__poot_original_backend__ = current
     so.StructuredOutputsBackend = widened
     # pydantic reads the annotation from several places depending on version.
     cls.__annotations__["backend"] = widened

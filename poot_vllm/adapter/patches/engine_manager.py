@@ -51,7 +51,7 @@ def apply() -> None:
     from vllm.v1.structured_output import StructuredOutputManager
 
     def make_grammar_init(orig):
-        def grammar_init(self, request):
+        def grammar_init(self, request, *args, **kwargs):
             if (
                 request.structured_output_request is not None
                 and self.backend is None
@@ -66,12 +66,12 @@ def apply() -> None:
                 )
                 if hasattr(self, "backend_name"):  # vLLM 0.33 latches one backend per engine
                     self.backend_name = "poot"
-            return orig(self, request)
+            return orig(self, request, *args, **kwargs)
 
         return grammar_init
 
     def make_create_grammar(orig):
-        def _create_grammar(self, request):
+        def _create_grammar(self, request, *args, **kwargs):
             from poot_vllm.adapter.backend import PootBackend
 
             if isinstance(self.backend, PootBackend):
@@ -84,9 +84,9 @@ def apply() -> None:
                         "poot: failed to compile the constraint of request %s", request.request_id
                     )
                     raise
-            return orig(self, request)
+            return orig(self, request, *args, **kwargs)
 
         return _create_grammar
 
-    wrap(StructuredOutputManager, "grammar_init", make_grammar_init)
-    wrap(StructuredOutputManager, "_create_grammar", make_create_grammar)
+    wrap(StructuredOutputManager, "grammar_init", make_grammar_init, expects=("self", "request"))
+    wrap(StructuredOutputManager, "_create_grammar", make_create_grammar, expects=("self", "request"))

@@ -62,4 +62,4 @@ def apply() -> None:
         return extract_structured_outputs
 
     for cls in (ChatCompletionRequest, CompletionRequest):
-        wrap(cls, "extract_structured_outputs", make)
+        wrap(cls, "extract_structured_outputs", make, expects=("self",))

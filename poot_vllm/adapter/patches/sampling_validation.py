@@ -42,7 +42,7 @@ def apply() -> None:
     from poot_vllm.adapter.validation import admit, record_from_validation, validate_for_poot, vocab_size
 
     def make(orig):
-        def _validate_structured_outputs(self, model_config, structured_outputs_config, tokenizer):
+        def _validate_structured_outputs(self, model_config, structured_outputs_config, tokenizer, *args, **kwargs):
             params = self.structured_outputs
             if structured_outputs_config is not None:
                 # The engine's own config: the authoritative backend for this process's request hooks.
@@ -50,9 +50,9 @@ def apply() -> None:
 
                 record_server_backend(structured_outputs_config.backend, from_config=True)
             if structured_outputs_config is None or params is None or structured_outputs_config.backend != "poot":
-                return orig(self, model_config, structured_outputs_config, tokenizer)
+                return orig(self, model_config, structured_outputs_config, tokenizer, *args, **kwargs)
             if getattr(model_config, "is_diffusion", False) or tokenizer is None:
-                return orig(self, model_config, structured_outputs_config, tokenizer)  # raises vLLM's 400
+                return orig(self, model_config, structured_outputs_config, tokenizer, *args, **kwargs)  # raises vLLM's 400
             if params._backend not in (None, "poot"):
                 raise VLLMValidationError(
                     f"Request-level structured output backend selection is not supported: the request "
@@ -68,4 +68,5 @@ def apply() -> None:
 
         return _validate_structured_outputs
 
-    wrap(SamplingParams, "_validate_structured_outputs", make)
+    wrap(SamplingParams, "_validate_structured_outputs", make,
+         expects=("self", "model_config", "structured_outputs_config", "tokenizer"))

@@ -122,21 +122,21 @@ def _wrap_parser_methods() -> None:
         return parse_delta
 
     def make_apply_structural_tag(orig):
-        def _apply_structural_tag(self, request):
+        def _apply_structural_tag(self, request, *args, **kwargs):
             from poot_vllm.adapter.server_state import poot_is_server_backend
 
             if poot_is_server_backend():
                 return request  # poot forces required/named itself (tool_forcing.py)
-            return orig(self, request)
+            return orig(self, request, *args, **kwargs)
 
         return _apply_structural_tag
 
     if hasattr(DelegatingParser, "_apply_structural_tag"):
-        wrap(DelegatingParser, "_apply_structural_tag", make_apply_structural_tag)
+        wrap(DelegatingParser, "_apply_structural_tag", make_apply_structural_tag, expects=("self", "request"))
     else:
         logger.warning("poot: DelegatingParser._apply_structural_tag moved; vLLM tool structural tags will be 400s")
-    wrap(DelegatingParser, "parse", make_parse)
-    wrap(DelegatingParser, "parse_delta", make_parse_delta)
+    wrap(DelegatingParser, "parse", make_parse, expects=("self", "model_output", "request"))
+    wrap(DelegatingParser, "parse_delta", make_parse_delta, expects=("self", "delta_text", "delta_token_ids", "request"))
 
 
 def _wrap_finish_reason() -> None:
@@ -147,15 +147,16 @@ def _wrap_finish_reason() -> None:
     serving = importlib.import_module("vllm.entrypoints.openai.chat_completion.serving")
     if hasattr(serving, "resolve_finish_reason"):  # 0.33
         def make_resolve(orig):
-            def resolve_finish_reason(engine_finish_reason, request, tool_calls_made):
-                reason = orig(engine_finish_reason, request, tool_calls_made)
+            def resolve_finish_reason(engine_finish_reason, request, tool_calls_made, *args, **kwargs):
+                reason = orig(engine_finish_reason, request, tool_calls_made, *args, **kwargs)
                 if reason == "stop" and tool_calls_made and request is not None and forces_tool_call(request):
                     return "tool_calls"
                 return reason
 
             return resolve_finish_reason
 
-        wrap(serving, "resolve_finish_reason", make_resolve)
+        wrap(serving, "resolve_finish_reason", make_resolve,
+             expects=("engine_finish_reason", "request", "tool_calls_made"))
         try:
             stream_processor = importlib.import_module("vllm.entrypoints.openai.chat_completion.stream_processor")
         except ImportError:
@@ -168,8 +169,8 @@ def _wrap_finish_reason() -> None:
         return
 
     def make_filter(orig):  # 0.32: called on every choice, streaming or not, before it is sent
-        def maybe_filter_parallel_tool_calls(item, request):
-            item = orig(item, request)
+        def maybe_filter_parallel_tool_calls(item, request, *args, **kwargs):
+            item = orig(item, request, *args, **kwargs)
             if getattr(item, "finish_reason", None) == "stop" and forces_tool_call(request):
                 message = getattr(item, "message", None)
                 if message is None or message.tool_calls:
@@ -178,7 +179,7 @@ def _wrap_finish_reason() -> None:
 
         return maybe_filter_parallel_tool_calls
 
-    wrap(serving, "maybe_filter_parallel_tool_calls", make_filter)
+    wrap(serving, "maybe_filter_parallel_tool_calls", make_filter, expects=("item", "request"))
 
 
 def apply() -> None:

@@ -84,8 +84,13 @@ def tool_call_regex(spec: str, limits: Limits = DEFAULT_LIMITS) -> str:
     codec = get_codec(payload.get("codec", "hermes"))
     if not isinstance(codec, HermesCodec):
         raise PootError(f"tool calls in the {codec.name} format cannot be forced by poot")
+    # The call regex appears twice when parallel calls are allowed; the bound
+    # is checked as each tool's part is built, so a flood of tools stops at
+    # the first one that passes it instead of after compiling them all.
+    copies = 2 if payload.get("parallel") else 1
     alternatives = []
-    for tool in payload["tools"]:
+    total = 0
+    for i, tool in enumerate(payload["tools"]):
         try:
             args = arguments_regex(tool.get("parameters"), limits)
         except PootError as exc:
@@ -96,13 +101,14 @@ def tool_call_regex(spec: str, limits: Limits = DEFAULT_LIMITS) -> str:
             + args
             + regex_escape(f"}}\n{codec.end_marker}")
         )
+        total += len(alternatives[-1].encode("utf-8", "surrogatepass")) + 1
+        if copies * total > limits.max_schema_regex_bytes:
+            raise LimitExceeded("the tool-call constraint built from the tools' schemas", "max_schema_regex_bytes",
+                                limits.max_schema_regex_bytes, "bytes",
+                                f"it passed the limit at tool {i + 1} of {len(payload['tools'])} "
+                                f"({tool['name']!r}); offer fewer or smaller tools")
     call = "(?:" + "|".join(alternatives) + ")"
-    pattern = call + ("(?:" + regex_escape(codec.separator) + call + ")*" if payload.get("parallel") else "")
-    size = len(pattern.encode("utf-8", "surrogatepass"))
-    if size > limits.max_schema_regex_bytes:
-        raise LimitExceeded("the tool-call constraint built from the tools' schemas", "max_schema_regex_bytes",
-                            limits.max_schema_regex_bytes, "bytes", f"it is {size} bytes; offer fewer or smaller tools")
-    return pattern
+    return call + ("(?:" + regex_escape(codec.separator) + call + ")*" if payload.get("parallel") else "")
 
 
 def compile_tool_call_constraint(spec: str, limits: Limits = DEFAULT_LIMITS):
