@@ -17,7 +17,7 @@ from types import SimpleNamespace
 from typing import Any, Callable, Iterator
 
 #: Where the shared bench data lives (``<repo>/../shared/bench-data``), overridable.
-BENCH_DATA = Path(os.environ.get("POOT_BENCH_DATA", Path(__file__).resolve().parents[2].parent / "shared" / "bench-data"))
+BENCH_DATA = Path(os.environ.get("POOT_BENCH_DATA", Path(__file__).resolve().parents[2] / "shared" / "bench-data"))
 
 ENGINES = ("poot", "xgrammar", "guidance", "outlines")
 
@@ -68,14 +68,11 @@ def clear_caches(engine: str, backend: Any) -> None:
     """Drop everything an engine caches across requests, so the next compile is cold."""
     if engine == "poot":
         from poot_vllm.core import constraints
+        from poot_vllm.core.cache import compiled_cache
 
-        from poot_vllm.core.matchers.pushdown import _CACHE
-
-        backend._compiled.clear()
         constraints._automata.clear()
-        with _CACHE._lock:  # compiled grammars (the per-vocabulary compiler stays, like xgrammar's)
-            _CACHE._compiled.clear()
-            _CACHE._bytes = 0
+        # Compiled constraints go; the per-vocabulary trie and compiler stay, like xgrammar's.
+        compiled_cache().clear(keep=lambda key: key[0] in ("trie", "xgrammar-compiler"))
     elif engine == "xgrammar":
         backend.compiler.clear_cache()
     elif engine == "outlines":

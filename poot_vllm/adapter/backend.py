@@ -3,7 +3,8 @@
 ``PootBackend`` implements vLLM's ``StructuredOutputBackend``: it turns the
 tokenizer into poot's byte vocabulary once, compiles each request's
 constraint (DFA constraints into per-state token masks, grammars into a
-pushdown matcher), and caches compiled artefacts (bounded LRU by bytes).
+pushdown matcher), and caches compiled artefacts in the process's one
+byte-bounded, single-flight cache (``poot_vllm.core.cache.compiled_cache``).
 ``PootGrammar`` is the per-request ``StructuredOutputGrammar``: a fresh
 matcher per ``compile_grammar`` call, so each of a request's n choices has its
 own state.  Everything vLLM-specific lives here; the core modules do the work.
@@ -24,7 +25,7 @@ from vllm.v1.structured_output.backend_types import (
 )
 
 from poot_vllm.core import faults
-from poot_vllm.core.cache import ByteLRU
+from poot_vllm.core.cache import compiled_cache
 from poot_vllm.core.constraints import Constraint, Kind, compile_automaton
 from poot_vllm.core.errors import PootError
 from poot_vllm.adapter.params import TOOL_CALL_TAG
@@ -74,20 +75,11 @@ def _warm_up(vocab: TokenVocabulary | None = None) -> None:
     for letter in "dws":  # \d \w \s tables: ~0.3 s each, once per process
         category(letter)
     if vocab is not None:
-        from poot_vllm.core.matchers.pushdown import _CACHE
+        from poot_vllm.core.matchers.pushdown import compiler_for
         from poot_vllm.core.token_trie import TokenTrie
 
         TokenTrie.build(vocab)   # ~0.5-2 s for 128k tokens; shared by every DFA compile
-        _CACHE.compiler(vocab)   # xgrammar's tokenizer tables for grammars / json_object
-
-
-def _cached_bytes(compiled: Any) -> int:
-    """What a compiled constraint costs the LRU: a DFA's masks and tables
-    (``nbytes``), or an xgrammar grammar's ``memory_bytes``."""
-    size = getattr(compiled, "nbytes", None)
-    if size is None:
-        size = getattr(compiled, "memory_bytes", 4096)
-    return int(size)
+        compiler_for(vocab)      # xgrammar's tokenizer tables for grammars / json_object
 
 
 #: (tensor, its numpy view): vLLM fills rows of one long-lived bitmask tensor,
@@ -114,9 +106,10 @@ class PootBackend(StructuredOutputBackend):
         )
         spec = getattr(self.vllm_config, "speculative_config", None)
         self.num_speculative_tokens = int(getattr(spec, "num_speculative_tokens", 0) or 0) if spec else 0
-        self._vocabs: dict[frozenset[int], TokenVocabulary] = {self.vocab.stop_ids: self.vocab}
-        self._vocab_lock = threading.Lock()
-        self._compiled: ByteLRU[Any] = ByteLRU(self.limits.mask_cache_bytes, _cached_bytes)
+        # Compiled artefacts live in the process's one cache (bounded by
+        # POOT_MASK_CACHE_BYTES, single-flight): the n choices of a request
+        # compile once, and nothing is cached twice.
+        self._cache = compiled_cache()
         # Load (or JIT once per machine) the mask kernels and the process-wide
         # tables off the scheduler loop, so no request pays for them.
         self.warm_up_thread = threading.Thread(target=_warm_up, args=(self.vocab,), name="poot-warm-up",
@@ -125,15 +118,18 @@ class PootBackend(StructuredOutputBackend):
         logger.info("poot backend ready: vocab size %d (%s tokenizer)", self.vocab.size, self.vocab.kind)
 
     def _vocab_for(self, stop_ids: set[int] | None) -> TokenVocabulary:
+        """The vocabulary with this request's stop ids.
+
+        Not kept: it shares ``token_bytes`` and ``token_key`` with
+        ``self.vocab``, so making one costs microseconds, and what depends on
+        the stop ids (DFA masks, json_object closing tables) is cached by
+        ``cache_key`` in the bounded cache -- a client sending a new stop set
+        per request cannot grow memory past it.  The trie and the xgrammar
+        compiler and grammars depend only on the token bytes and are shared.
+        """
         if not stop_ids:
             return self.vocab
-        key = frozenset(int(t) for t in stop_ids if 0 <= int(t) < self.vocab.size)
-        with self._vocab_lock:
-            vocab = self._vocabs.get(key)
-            if vocab is None:
-                vocab = with_stop_ids(self.vocab, key)
-                self._vocabs[key] = vocab
-            return vocab
+        return with_stop_ids(self.vocab, stop_ids)
 
     def compile_grammar(
         self,
@@ -147,8 +143,8 @@ class PootBackend(StructuredOutputBackend):
         faults.maybe_fail_compile(grammar_spec)
         constraint = constraint_for(request_type, grammar_spec)
         vocab = self._vocab_for(stop_token_ids)
-        compiled = self._compiled.get_or_build((constraint, vocab.stop_ids), lambda: self._compile(constraint, vocab))
-        matcher = compiled.new_matcher(max_rollback_tokens=self.num_speculative_tokens)
+        compiled = self._compile(constraint, vocab)
+        matcher = compiled.new_matcher()
         if max_new_tokens is not None and budget_masks_enabled():
             matcher.set_token_budget(max_new_tokens)
         injected = faults.faults_in(grammar_spec)
@@ -174,20 +170,31 @@ class PootBackend(StructuredOutputBackend):
         return self.compile_for_request(request)
 
     def _compile(self, constraint: Constraint, vocab: TokenVocabulary) -> Any:
-        automaton = compile_automaton(constraint, self.limits)
+        """The shared compiled constraint (a ``CompiledDFA`` or ``CompiledPushdown``).
+
+        Each is cached once, single-flight: DFA masks here, per (constraint,
+        limits, vocabulary with its stop ids); grammars inside
+        ``compile_pushdown``, per (token bytes, grammar), whose cheap wrapper
+        is not cached again (so no grammar is charged or kept twice).
+        """
         if constraint.kind.is_pushdown:
             from poot_vllm.core.matchers.pushdown import compile_pushdown
 
-            return compile_pushdown(automaton, vocab, self.limits)
+            return compile_pushdown(compile_automaton(constraint, self.limits), vocab, self.limits)
         from poot_vllm.core.matchers.compiled import CompiledDFA
 
-        return CompiledDFA.build(automaton, vocab, max_work=self.limits.max_mask_work)
+        def build() -> Any:
+            automaton = compile_automaton(constraint, self.limits)
+            return CompiledDFA.build(automaton, vocab, max_work=self.limits.max_mask_work)
+
+        return self._cache.get_or_build(("dfa", constraint, self.limits, vocab.cache_key), build)
 
     def allocate_token_bitmask(self, max_num_seqs: int) -> torch.Tensor:
         return torch.full((max_num_seqs, (self.vocab_size + 31) // 32), -1, dtype=torch.int32)
 
     def destroy(self) -> None:
-        self._compiled.clear()
+        """vLLM is done with this backend: free the compiled artefacts."""
+        self._cache.clear()
 
 
 @dataclass

@@ -17,9 +17,9 @@ sampled as the ``max_tokens``-th token ends the reply with
 Exactness, per constraint kind (never refuse a request that could fit):
 
 * DFA kinds (regex, choice, JSON Schema, tool calls): exact.  A forward BFS
-  over the model's tokens from the start state (a numba walk of the token
-  trie per state, each state at most once, stopping at the first accepting
-  state) gives the same number as the engine's ``min_tokens_to_accept[start]``
+  over the model's tokens from the start state (the mask kernel's trie walk,
+  :func:`poot_vllm.core.masks._walk_trie`, once per state, stopping at the
+  first accepting state) gives the same number as the engine's ``min_tokens_to_accept[start]``
   without computing any mask.  If the walk passes ``Limits.max_mask_work``
   the request is admitted (no refusal without proof).
 * ``json_object``: exact (1 text token if one token spells a whole object,
@@ -36,13 +36,13 @@ number here stays a lower bound (never a wrong refusal).
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
 from typing import Any
 
 import numpy as np
 
+from poot_vllm.core.cache import compiled_cache
 from poot_vllm.core.errors import PootError
-from poot_vllm.core.masks import _jit
+from poot_vllm.core.masks import _shortest_text_tokens
 
 #: Result of the BFS when it gave up (work cap) or found no reply.
 _GAVE_UP = -2
@@ -61,61 +61,6 @@ class ReplyDoesNotFit(PootError):
         )
         self.shortest = shortest
         self.allowed = allowed
-
-
-@_jit
-def _shortest_text_tokens(trans, start, accepting, node_byte, node_depth, node_end, tok_offsets, tok_ids,
-                          is_stop, max_work):
-    """Fewest text tokens from ``start`` to an accepting DFA state (BFS over the
-    one-token successor graph, built on the fly), ``-1`` if none, ``-2`` if the
-    trie-node visits pass ``max_work`` (``max_work < 0``: no cap)."""
-    if accepting[start]:
-        return 0
-    n = trans.shape[0]
-    dist = np.full(n, -1, dtype=np.int32)
-    queue = np.empty(n, dtype=np.int32)
-    dist[start] = 0
-    queue[0] = start
-    head = 0
-    tail = 1
-    stack = np.empty(256 + 1, dtype=np.int32)
-    max_depth = 0
-    for i in range(node_depth.shape[0]):
-        if node_depth[i] > max_depth:
-            max_depth = node_depth[i]
-    if max_depth + 1 > stack.shape[0]:
-        stack = np.empty(max_depth + 1, dtype=np.int32)
-    n_nodes = node_byte.shape[0]
-    work = 0
-    while head < tail:
-        s = queue[head]
-        head += 1
-        stack[0] = s
-        i = 1
-        while i < n_nodes:
-            work += 1
-            d = node_depth[i]
-            nxt = trans[stack[d - 1], node_byte[i]]
-            if nxt < 0:
-                i = node_end[i]
-                continue
-            stack[d] = nxt
-            if dist[nxt] < 0:
-                text = False
-                for k in range(tok_offsets[i], tok_offsets[i + 1]):
-                    if not is_stop[tok_ids[k]]:
-                        text = True
-                        break
-                if text:
-                    dist[nxt] = dist[s] + 1
-                    if accepting[nxt]:
-                        return dist[nxt]
-                    queue[tail] = nxt
-                    tail += 1
-            i += 1
-        if max_work >= 0 and work > max_work:
-            return -2
-    return -1
 
 
 def _stop_cost(vocab: Any) -> int:
@@ -137,7 +82,7 @@ def shortest_dfa_reply(dfa: Any, vocab: Any, trie: Any = None, max_work: int | N
         if 0 <= t < trie.size:
             is_stop[t] = True
     n = _shortest_text_tokens(trans, np.int32(dfa.start), accepting, trie.node_byte, trie.node_depth,
-                              trie.node_end, trie.tok_offsets, trie.tok_ids, is_stop,
+                              trie.node_end, trie.tok_offsets, trie.tok_ids, is_stop, np.int64(trie.max_depth),
                               np.int64(-1 if max_work is None else max_work))
     if n < 0:
         return None
@@ -147,36 +92,29 @@ def shortest_dfa_reply(dfa: Any, vocab: Any, trie: Any = None, max_work: int | N
 def shortest_reply(constraint: Any, vocab: Any, limits: Any = None) -> int | None:
     """Fewest tokens (stop included) of any reply conforming to ``constraint``,
     or a sound lower bound (see the module docstring); ``None`` if unknown.
-    Cached per (constraint, vocabulary)."""
-    from poot_vllm.core.constraints import Kind, compile_automaton
+    Cached per (constraint, vocabulary, limits)."""
     from poot_vllm.core.limits import DEFAULT_LIMITS
 
     limits = limits or DEFAULT_LIMITS
-    key = (constraint, vocab.cache_key, limits)
-    with _lock:
-        if key in _shortest:
-            _shortest.move_to_end(key)
-            return _shortest[key]
+    key = ("shortest", constraint, vocab.cache_key, limits)
+    # In the process's compiled-artefact cache (one budget with the masks);
+    # single-flight, so concurrent admissions of one constraint walk once.
+    return compiled_cache().get_or_build(key, lambda: _shortest_reply(constraint, vocab, limits))
+
+
+def _shortest_reply(constraint: Any, vocab: Any, limits: Any) -> int | None:
+    from poot_vllm.core.constraints import Kind, compile_automaton
+
     if constraint.kind is Kind.JSON_OBJECT:
         from poot_vllm.core.grammar.json_budget import closing_tables, shortest_object_tokens
 
         tables = closing_tables(vocab)
         text = shortest_object_tokens(tables) if tables is not None else 1
-        result: int | None = text + _stop_cost(vocab)
-    elif constraint.kind is Kind.GRAMMAR:
-        result = _stop_cost(vocab)
-    else:
-        automaton = compile_automaton(constraint, limits)
-        result = shortest_dfa_reply(automaton, vocab, max_work=getattr(limits, "max_mask_work", None))
-    with _lock:
-        _shortest[key] = result
-        while len(_shortest) > 1024:
-            _shortest.popitem(last=False)
-    return result
-
-
-_shortest: "OrderedDict[tuple, int | None]" = OrderedDict()
-_lock = threading.Lock()
+        return text + _stop_cost(vocab)
+    if constraint.kind is Kind.GRAMMAR:
+        return _stop_cost(vocab)
+    automaton = compile_automaton(constraint, limits)
+    return shortest_dfa_reply(automaton, vocab, max_work=getattr(limits, "max_mask_work", None))
 
 
 def check_reply_fits(constraint: Any, max_tokens: int | None, vocab: Any, limits: Any = None,

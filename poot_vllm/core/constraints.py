@@ -15,7 +15,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from poot_vllm.core.cache import ByteLRU
+from poot_vllm.core.cache import ByteCache
 from poot_vllm.core.errors import ConstraintSyntaxError, LimitExceeded, PootError
 from poot_vllm.core.limits import DEFAULT_LIMITS, Limits
 
@@ -79,22 +79,29 @@ def schema_constraint(schema: Any, limits: Limits = DEFAULT_LIMITS) -> Constrain
 
 
 def _sizeof(value: Any) -> int:
+    """What an automaton costs the cache: a DFA's tables, a parsed grammar's estimate."""
     nbytes = getattr(value, "nbytes", None)
     if nbytes is not None:
         return int(nbytes)
     transitions = getattr(value, "transitions", None)
     if transitions is not None:
-        return int(transitions.nbytes) + 256
+        return int(transitions.nbytes) + int(getattr(value, "accepting").nbytes) + 256
     return 4096
 
 
-_automata: ByteLRU[Any] = ByteLRU(64 * 1024 * 1024, _sizeof)
+#: Vocabulary-independent automata, in the API server (validation) and the
+#: engine (compilation).  Its own small budget, not ``POOT_MASK_CACHE_BYTES``:
+#: the API server compiles nothing against a vocabulary and must stay small.
+_automata: ByteCache[Any] = ByteCache("automata", 64 * 1024 * 1024, _sizeof)
 
 
 def compile_automaton(constraint: Constraint, limits: Limits = DEFAULT_LIMITS) -> Any:
     """The vocabulary-independent automaton: a ``DFA``, or a parsed grammar.
 
-    Raises :class:`PootError` for anything poot refuses.
+    Cached per (constraint, limits), single-flight: validating and compiling
+    the same constraint in one process, or the n choices of a request, build
+    it once.  Raises :class:`PootError` for anything poot refuses (not cached:
+    the next request retries).
     """
     key = (constraint, limits)
     return _automata.get_or_build(key, lambda: _build(constraint, limits))

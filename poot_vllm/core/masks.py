@@ -19,7 +19,12 @@ are stored once (``rows[row_of_state[s]]``), so memory is
 
 The walk is a numba kernel over the preorder trie (:mod:`poot_vllm.core.token_trie`)
 that skips a whole subtree as soon as the DFA dies, so a state costs only its
-live trie nodes.  Kernels are compiled with ``cache=True`` (numba writes them
+live trie nodes.  It is poot's only trie walk (:func:`_walk_trie`): the
+API server's shortest-reply search (:func:`_shortest_text_tokens`, used by
+``budget``) and the json_object closing masks (``grammar.json_budget``) run
+the same kernel on their own data.  Its jitted callers stay in this file
+(numba's on-disk cache does not notice a change to a jitted callee in another
+file); ``json_budget`` calls it from Python, with its scanner as tables.  Kernels are compiled with ``cache=True`` (numba writes them
 next to this module, or to ``NUMBA_CACHE_DIR`` if set, or to the per-user cache
 when the package directory is read-only) so compilation happens once per
 machine; :func:`warm_up` compiles them ahead of the first request.  If no cache
@@ -63,32 +68,71 @@ def _jit(fn: Callable) -> Callable:
         return numba.njit(nogil=True)(fn)
 
 
-@_jit
-def _walk_state(trans, s, node_byte, node_depth, node_end, tok_offsets, tok_ids, is_stop,
-                end_dist, dist_limit, row, collect, seen, stamp, succ_out, stack, work):
-    """Set in ``row`` (uint32 words, zeroed here) every non-stop trie token live
-    from ``s`` whose end state ``e`` has ``end_dist[e] <= dist_limit``.
+#: A packed ``trans[c, b]`` value ``v >= 0`` is the next state ``v & STATE_MASK``
+#: and, for machines with a container stack, an action ``v >> ACTION_SHIFT``.
+ACTION_SHIFT = 24
+STATE_MASK = (1 << ACTION_SHIFT) - 1
+ACT_PUSH = 1  #: open a container (the packed next state already names its kind)
+ACT_POP = 2   #: close the innermost container (``retop`` then names the one below)
 
-    With ``collect``, also write the distinct end states of those tokens to
-    ``succ_out`` (using ``seen``/``stamp`` as a visited marker) and return
-    their count.  ``work[0]`` is increased by the trie nodes visited (the
-    cost that ``Limits.max_mask_work`` bounds).
+
+@_jit
+def _take_tokens(tok_ids, is_stop, a, b, end, row, write_row, collect, seen, stamp, succ_out, n_succ):
+    """One trie node's tokens ``tok_ids[a:b]``, which end in state ``end``: set
+    the non-stop ones in ``row`` (if ``write_row``), and with ``collect`` record
+    ``end`` once per walk (``seen``/``stamp``).  Returns the successor count."""
+    any_set = False
+    for k in range(a, b):
+        t = tok_ids[k]
+        if not is_stop[t]:
+            any_set = True
+            if not write_row:
+                break  # successors only: one text token is enough
+            row[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
+    if collect and any_set and seen[end] != stamp:
+        seen[end] = stamp
+        succ_out[n_succ] = end
+        n_succ += 1
+    return n_succ
+
+
+@_jit
+def _walk_trie(trans, start, has_stack, level0, kinds0, top_of, retop,
+               node_byte, node_depth, node_end, tok_offsets, tok_ids, is_stop,
+               score, limit, row, collect, seen, stamp, succ_out, stack, levels, work):
+    """The one trie walk: set in ``row`` (uint32 words, zeroed here) every
+    non-stop token whose bytes, read from state ``start``, end in a state ``e``
+    with ``score[e] + level <= limit``.  Returns the number of successors collected.
+
+    The walk skips a whole trie subtree as soon as ``trans`` says dead (-1), so
+    it costs only the live trie nodes.  Every trie walk in poot is this kernel,
+    with its data picking the work: a DFA mask (``score`` = token distances),
+    the budget BFS (``collect``: successors only), and the json_object closing
+    masks (a byte machine with a container stack; see ``json_budget``).
+
+    Plain DFA (``has_stack`` False): ``trans`` holds next states, the level
+    stays 0 and ``level0``, ``kinds0``, ``top_of``, ``retop``, ``levels`` are unused.
+    With ``has_stack``: ``trans`` values are packed (``ACTION_SHIFT``); a
+    push raises the level, a pop lowers it and re-reads the kind of the
+    container now innermost (from the nearest state on the walk at that level,
+    else ``kinds0[level]``, the stack before the walk) through
+    ``retop[state, kind]``; ``top_of[state]`` is a state's innermost kind.
+
+    With ``collect``, also write the distinct end states of the set tokens to
+    ``succ_out`` (``seen``/``stamp``: visited marker); an empty ``row`` then
+    skips the mask itself (the budget BFS needs only successors).  ``work[0]`` is
+    increased by the trie nodes visited (what ``Limits.max_mask_work`` bounds).
     """
     row[:] = 0
+    write_row = row.shape[0] > 0
     n_succ = 0
     # Tokens with empty bytes live on the root and end where they start.
-    if end_dist[s] <= dist_limit:
-        any_set = False
-        for k in range(tok_offsets[0], tok_offsets[1]):
-            t = tok_ids[k]
-            if not is_stop[t]:
-                row[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
-                any_set = True
-        if collect and any_set:
-            seen[s] = stamp
-            succ_out[0] = s
-            n_succ = 1
-    stack[0] = s
+    if score[start] + level0 <= limit:
+        n_succ = _take_tokens(tok_ids, is_stop, tok_offsets[0], tok_offsets[1], start, row, write_row,
+                              collect, seen, stamp, succ_out, n_succ)
+    stack[0] = start
+    if has_stack:
+        levels[0] = level0
     n_nodes = node_byte.shape[0]
     i = 1
     visited = 0
@@ -99,23 +143,93 @@ def _walk_state(trans, s, node_byte, node_depth, node_end, tok_offsets, tok_ids,
         if nxt < 0:
             i = node_end[i]  # every token below this prefix dies too
             continue
+        lvl = 0
+        if has_stack:
+            lvl = levels[d - 1]
+            action = nxt >> ACTION_SHIFT
+            nxt &= STATE_MASK
+            if action == ACT_PUSH:
+                lvl += 1
+            elif action == ACT_POP:
+                lvl -= 1
+                kind = -1
+                j = d - 1
+                while j >= 0:
+                    if levels[j] == lvl:
+                        kind = top_of[stack[j]]
+                        break
+                    j -= 1
+                if kind < 0:
+                    kind = kinds0[lvl]
+                nxt = retop[nxt, kind]
+            levels[d] = lvl
         stack[d] = nxt
         a = tok_offsets[i]
         b = tok_offsets[i + 1]
-        if a < b and end_dist[nxt] <= dist_limit:
-            any_set = False
-            for k in range(a, b):
-                t = tok_ids[k]
-                if not is_stop[t]:
-                    row[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
-                    any_set = True
-            if collect and any_set and seen[nxt] != stamp:
-                seen[nxt] = stamp
-                succ_out[n_succ] = nxt
-                n_succ += 1
+        if a < b and score[nxt] + lvl <= limit:
+            n_succ = _take_tokens(tok_ids, is_stop, a, b, nxt, row, write_row,
+                                  collect, seen, stamp, succ_out, n_succ)
         i += 1
     work[0] += visited
     return n_succ
+
+
+#: Placeholders for a plain DFA walk's unused container-stack arguments (read-only,
+#: like the real tables, so each kernel has one specialisation).
+_NO_KINDS = np.zeros(1, dtype=np.int32)
+_NO_KINDS.flags.writeable = False
+_NO_RETOP = np.zeros((1, 1), dtype=np.int32)
+_NO_RETOP.flags.writeable = False
+
+
+@_jit
+def _walk_dfa(trans, s, node_byte, node_depth, node_end, tok_offsets, tok_ids, is_stop,
+              end_dist, dist_limit, row, collect, seen, stamp, succ_out, stack, work):
+    """:func:`_walk_trie` from DFA state ``s``: tokens whose end state ``e`` has
+    ``end_dist[e] <= dist_limit``."""
+    return _walk_trie(trans, s, False, 0, _NO_KINDS, _NO_KINDS, _NO_RETOP,
+                      node_byte, node_depth, node_end, tok_offsets, tok_ids, is_stop,
+                      end_dist, dist_limit, row, collect, seen, stamp, succ_out, stack, stack, work)
+
+
+@_jit
+def _shortest_text_tokens(trans, start, accepting, node_byte, node_depth, node_end, tok_offsets, tok_ids,
+                          is_stop, max_depth, max_work):
+    """Fewest text tokens from ``start`` to an accepting DFA state (BFS over the
+    one-token successor graph, each state's successors from one trie walk),
+    ``-1`` if none, ``-2`` if the trie-node visits pass ``max_work``
+    (``max_work < 0``: no cap)."""
+    if accepting[start]:
+        return 0
+    n = trans.shape[0]
+    dist = np.full(n, -1, dtype=np.int32)
+    queue = np.empty(n, dtype=np.int32)
+    dist[start] = 0
+    queue[0] = start
+    head = 0
+    tail = 1
+    no_filter = np.zeros(n, dtype=np.int32)
+    seen = np.full(n, -1, dtype=np.int32)
+    succ = np.empty(n, dtype=np.int32)
+    row = np.empty(0, dtype=np.uint32)  # successors only: no mask row to write
+    stack = np.empty(max_depth + 1, dtype=np.int32)
+    work = np.zeros(1, dtype=np.int64)
+    while head < tail:
+        s = queue[head]
+        head += 1
+        k = _walk_dfa(trans, s, node_byte, node_depth, node_end, tok_offsets, tok_ids, is_stop,
+                      no_filter, 0, row, True, seen, s, succ, stack, work)
+        for j in range(k):
+            e = succ[j]
+            if dist[e] < 0:
+                dist[e] = dist[s] + 1
+                if accepting[e]:
+                    return dist[e]
+                queue[tail] = e
+                tail += 1
+        if max_work >= 0 and work[0] > max_work:
+            return -2
+    return -1
 
 
 @_jit
@@ -206,7 +320,7 @@ _SUCC_CHUNK = 1 << 16
 def _walk_states(trans, lo, hi, node_byte, node_depth, node_end, tok_offsets, tok_ids, is_stop,
                  end_dist, dist_limit, accepting, stop_ids, rows, hashes, succ_counts, succ_flat,
                  seen, succ_buf, stack, work, max_work):
-    """:func:`_walk_state` for states ``lo..hi-1`` into ``rows[0..]`` (stop ids set
+    """:func:`_walk_dfa` for states ``lo..hi-1`` into ``rows[0..]`` (stop ids set
     in accepting states), with a 64-bit FNV-1a hash of each row in ``hashes``
     and each state's sorted distinct successors appended to ``succ_flat``
     (``succ_counts`` per state).
@@ -222,7 +336,7 @@ def _walk_states(trans, lo, hi, node_byte, node_depth, node_end, tok_offsets, to
             return s - lo, m, False
         j = s - lo
         row = rows[j]
-        k = _walk_state(trans, s, node_byte, node_depth, node_end, tok_offsets, tok_ids, is_stop,
+        k = _walk_dfa(trans, s, node_byte, node_depth, node_end, tok_offsets, tok_ids, is_stop,
                         end_dist, dist_limit, row, True, seen, s, succ_buf, stack, work)
         if max_work >= 0 and work[0] > max_work:
             return j + 1, m, True
@@ -369,7 +483,7 @@ class DFAMaskIndex:
         trie = self.trie
         stack = np.empty(trie.max_depth + 1, dtype=np.int32)
         limit = min(int(budget) - 1, int(UNREACHABLE) - 1)
-        _walk_state(self.transitions, int(state), trie.node_byte, trie.node_depth, trie.node_end,
+        _walk_dfa(self.transitions, int(state), trie.node_byte, trie.node_depth, trie.node_end,
                     trie.tok_offsets, trie.tok_ids, self.is_stop, self.min_tokens_to_accept, limit,
                     out, False, _NO_SEEN, 0, _NO_SEEN, stack, np.zeros(1, dtype=np.int64))
         if self.accepting[state] and budget >= 1:

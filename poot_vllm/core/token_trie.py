@@ -24,19 +24,16 @@ a Python dict trie (< 1 s for a 152k vocabulary).
 from __future__ import annotations
 
 import itertools
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from poot_vllm.core.cache import compiled_cache
+
 #: How many prefix columns the vectorised LCP compares; longer shared prefixes
 #: (rare) are finished in Python.
 _LCP_COLUMNS = 16
-#: Vocabularies whose tries are kept (one process serves one model, so this is
-#: a handful at most).
-_CACHE_ENTRIES = 4
 
 
 @dataclass(frozen=True, eq=False)
@@ -68,29 +65,15 @@ class TokenTrie:
 
     @classmethod
     def build(cls, vocab: Any) -> "TokenTrie":
-        """The trie of ``vocab`` (a ``TokenVocabulary``), cached per ``token_bytes``
-        object (vocabularies made from one another with other stop ids share it)."""
-        token_bytes = vocab.token_bytes
-        key = (id(token_bytes), int(vocab.size))
-        with _cache_lock:
-            hit = _cache.get(key)
-            if hit is not None and hit[0] is token_bytes:
-                _cache.move_to_end(key)
-                return hit[1]
-        # Built outside the lock: two threads may race to build the same trie
-        # (both results are equal); the lock only guards the dict.
-        trie = _build_trie(token_bytes, vocab.size)
-        with _cache_lock:
-            # The entry holds the tuple itself so its id cannot be reused.
-            _cache[key] = (token_bytes, trie)
-            _cache.move_to_end(key)
-            while len(_cache) > _CACHE_ENTRIES:
-                _cache.popitem(last=False)
-        return trie
+        """The trie of ``vocab`` (a ``TokenVocabulary``).
 
-
-_cache: "OrderedDict[tuple[int, int], tuple[Any, TokenTrie]]" = OrderedDict()
-_cache_lock = threading.Lock()
+        Cached in the process's compiled-artefact cache by the vocabulary's
+        ``token_key`` (token bytes, size, kind -- not stop ids), so the
+        vocabularies of requests with other stop ids share one trie; built
+        once even when several compile threads ask at the same time.
+        """
+        key = ("trie", vocab.token_key)
+        return compiled_cache().get_or_build(key, lambda: _build_trie(vocab.token_bytes, vocab.size))
 
 
 def _freeze(*arrays: np.ndarray) -> None:

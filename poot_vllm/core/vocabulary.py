@@ -96,10 +96,14 @@ class TokenVocabulary:
         return (self.size + 31) // 32
 
     @functools.cached_property
-    def cache_key(self) -> str:
-        """sha256 hex digest of everything that defines the vocabulary."""
+    def token_key(self) -> str:
+        """sha256 hex digest of the token bytes, size and kind -- not the stop ids.
+
+        What the token trie and the xgrammar compiler depend on, so the
+        vocabularies of requests with other stop ids share them.
+        """
         h = hashlib.sha256()
-        h.update(f"{self.kind}|{self.size}|{sorted(self.stop_ids)}|".encode())
+        h.update(f"{self.kind}|{self.size}|".encode())
         # Length-prefixed so that different splits of the same bytes differ;
         # 0xFFFFFFFF marks None.
         parts = []
@@ -111,6 +115,12 @@ class TokenVocabulary:
                 parts.append(b)
         h.update(b"".join(parts))
         return h.hexdigest()
+
+    @functools.cached_property
+    def cache_key(self) -> str:
+        """sha256 hex digest of everything that defines the vocabulary (stop ids
+        included: they change token masks).  Cheap once :attr:`token_key` is known."""
+        return hashlib.sha256(f"{self.token_key}|{sorted(self.stop_ids)}".encode()).hexdigest()
 
     def __hash__(self) -> int:
         return hash(self.cache_key)
@@ -358,4 +368,7 @@ def with_stop_ids(vocab: TokenVocabulary, stop_ids: Iterable[int]) -> TokenVocab
     stops = frozenset(int(i) for i in stop_ids if 0 <= int(i) < vocab.size)
     if stops == vocab.stop_ids:
         return vocab
-    return dataclasses.replace(vocab, stop_ids=stops)
+    derived = dataclasses.replace(vocab, stop_ids=stops)
+    # Same token bytes: carry the digest over rather than hash 100k+ tokens again.
+    derived.__dict__["token_key"] = vocab.token_key
+    return derived

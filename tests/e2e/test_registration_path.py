@@ -21,14 +21,15 @@ def _expected_path() -> str:
     # The tests and the server import the same vLLM (same PYTHONPATH).
     if native.backend_registry() is None:
         if hooks_disabled():
-            pytest.skip("stock vLLM with POOT_DISABLE_HOOKS=1 has no poot backend")
+            pytest.skip("stock vLLM with POOT_DISABLE_HOOKS=1 has no poot backend: unset POOT_DISABLE_HOOKS, "
+                        "or run against a patched vLLM (scripts/test-fork)")
         return "stock vLLM: runtime hooks"
     return "patched vLLM: native seams only" if hooks_disabled() else "patched vLLM: native seams + runtime hooks"
 
 
 def test_engine_core_logs_the_expected_path(server):
     if server.log_path is None:
-        pytest.skip("POOT_E2E_URL: the server log is not ours")
+        pytest.skip("POOT_E2E_URL given: the server's log is not readable here; unset POOT_E2E_URL to run this")
     expected = _expected_path()
     lines = [line for line in server.log_path.read_text(errors="replace").splitlines() if "poot-vllm: " in line]
     engine = [line for line in lines if re.search(r"EngineCore", line)]

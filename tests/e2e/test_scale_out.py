@@ -31,10 +31,10 @@ def scale_out_server(request):
     yield from _server(request, "tiny-llama-spm", "sentencepiece", ("--api-server-count", "2"))
 
 
-def _post(server, path: str, body: dict) -> httpx.Response:
+def _post(server, path: str, body: dict, headers: dict | None = None) -> httpx.Response:
     # A fresh connection per request, so the kernel's SO_REUSEPORT balancing spreads them.
     with httpx.Client(timeout=120) as http:
-        return http.post(server.base_url + path, json=body)
+        return http.post(server.base_url + path, json=body, headers=headers)
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
@@ -79,3 +79,27 @@ def test_schema_and_backtracking_input_on_every_api_server(scale_out_server):
         value = json.loads(resp.json()["choices"][0]["message"]["content"])
         jsonschema.validate(value, schema)
     assert scale_out_server.healthy()
+
+
+@pytest.fixture(scope="module")
+def data_parallel_server(request):
+    """Two engine cores behind one API server (vLLM's --data-parallel-size, CPU build)."""
+    yield from _server(request, "tiny-llama-spm", "sentencepiece", ("--data-parallel-size", "2"))
+
+
+def test_data_parallel_engines_each_enforce_and_refuse(data_parallel_server):
+    """Requests go to each engine core (vLLM's X-data-parallel-rank header); each builds poot's backend."""
+    pattern = "(yes|no)-[0-9]{3}"
+    for i in range(ROUNDS // 2):
+        body = {"model": data_parallel_server.model, "prompt": f"hi {i}", "max_tokens": 30, "n": 2,
+                "guided_regex": pattern}
+        resp = _post(data_parallel_server, "/completions", body, headers={"X-data-parallel-rank": str(i % 2)})
+        assert resp.status_code == 200, resp.text[:300]
+        for choice in resp.json()["choices"]:
+            assert re.fullmatch(pattern, choice["text"]), choice["text"][:120]
+    resp = _post(data_parallel_server, "/completions", {"model": data_parallel_server.model, "prompt": "hi",
+                                                        "max_tokens": 5, "guided_regex": "(a"})
+    assert resp.status_code == 400 and resp.json()["error"]["param"] == "guided_regex", resp.text[:300]
+    log = data_parallel_server.log_path.read_text(errors="replace") if data_parallel_server.log_path else ""
+    # both engine cores built poot's backend (one line each)
+    assert log.count("poot backend ready") >= 2, log[-2000:]

@@ -31,7 +31,8 @@ MASK_WORK = 400_000  # ~130 wide states of a 3k vocabulary
 @pytest.fixture(scope="module")
 def spec_server(request):
     if external_server() is not None:
-        pytest.skip("needs its own server (speculative config, fault injection)")
+        pytest.skip("POOT_E2E_URL given: this test starts its own server (speculative config, fault "
+                    "injection); unset POOT_E2E_URL to run it")
     model = _models_dir() / "tiny-llama-spm"
     log_dir = request.config.rootpath / ".e2e-logs"
     log_dir.mkdir(exist_ok=True)

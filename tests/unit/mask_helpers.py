@@ -1,8 +1,7 @@
 """Test helpers for masks/matcher tests: small DFAs, synthetic vocabularies, oracles.
 
-Uses the real ``DFA`` / ``TokenVocabulary`` when those modules exist; otherwise
-(or if their constructors refuse a test-only object) minimal stand-ins with the
-same fields.  The mask code only reads the fields, so either works.
+The DFAs and vocabularies are the real ``DFA`` / ``TokenVocabulary``: a
+constructor that refuses a helper's object is a failure, not a stand-in.
 """
 
 from __future__ import annotations
@@ -12,55 +11,22 @@ import json
 import random
 import re
 from collections import deque
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-try:
-    from poot_vllm.core.automata.dfa import DFA as _RealDFA
-except Exception:  # not written yet
-    _RealDFA = None
-try:
-    from poot_vllm.core.vocabulary import TokenVocabulary as _RealVocab
-except Exception:
-    _RealVocab = None
+from poot_vllm.core.automata.dfa import DFA
+from poot_vllm.core.vocabulary import TokenVocabulary
 
 
-@dataclass(frozen=True)
-class StandInDFA:
-    transitions: np.ndarray
-    accepting: np.ndarray
-    start: int
+def make_dfa(transitions: np.ndarray, accepting: np.ndarray, start: int) -> DFA:
+    return DFA(transitions=np.ascontiguousarray(transitions, dtype=np.int32),
+               accepting=np.asarray(accepting, dtype=bool), start=start)
 
 
-@dataclass(frozen=True)
-class StandInVocab:
-    token_bytes: tuple
-    stop_ids: frozenset
-    size: int
-    kind: str = "test"
-
-
-def make_dfa(transitions: np.ndarray, accepting: np.ndarray, start: int):
-    transitions = np.ascontiguousarray(transitions, dtype=np.int32)
-    accepting = np.asarray(accepting, dtype=bool)
-    if _RealDFA is not None:
-        try:
-            return _RealDFA(transitions=transitions, accepting=accepting, start=start)
-        except Exception:
-            pass  # e.g. it insists on minimality, which test DFAs need not have
-    return StandInDFA(transitions, accepting, start)
-
-
-def make_vocab(token_bytes, stop_ids, size: int, kind: str = "byte_level"):
+def make_vocab(token_bytes, stop_ids, size: int, kind: str = "byte_level") -> TokenVocabulary:
     token_bytes = tuple(token_bytes) + (None,) * (size - len(token_bytes))
-    if _RealVocab is not None:
-        try:
-            return _RealVocab(token_bytes=token_bytes, stop_ids=frozenset(stop_ids), size=size, kind=kind)
-        except Exception:
-            pass
-    return StandInVocab(token_bytes, frozenset(stop_ids), size, kind)
+    return TokenVocabulary(token_bytes=token_bytes, stop_ids=frozenset(stop_ids), size=size, kind=kind)
 
 
 # --------------------------------------------------------------------- DFAs

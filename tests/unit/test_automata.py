@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import random
 import re
-import time
 
 import numpy as np
 import pytest
@@ -215,30 +214,29 @@ def test_codepoint_automaton_reads_exactly_the_encodings() -> None:
 
 # --- budget -------------------------------------------------------------------------------------
 
-def _timed(pattern: str, limits: Limits = Limits()) -> tuple[float, object]:
-    t0 = time.perf_counter()
+# No wall-clock assertions (a shared machine's clock says little): the bounded work
+# is the counted budget, checked exactly below; tests/e2e/test_redos.py bounds
+# hostile requests end to end.
+
+def _compiled(pattern: str, limits: Limits = Limits()) -> object:
+    """The DFA, or the LimitExceeded that refused it."""
     try:
-        result: object = compile_regex(pattern, limits)
+        return compile_regex(pattern, limits)
     except LimitExceeded as exc:
-        result = exc
-    return time.perf_counter() - t0, result
+        return exc
 
 
-def test_exponential_dfa_is_refused_fast() -> None:
-    elapsed, result = _timed("(a|b)*a(a|b){17}")
-    print(f"(a|b)*a(a|b){{17}} refused in {elapsed * 1000:.1f} ms")
+def test_exponential_dfa_is_refused_by_the_automaton_budget() -> None:
+    result = _compiled("(a|b)*a(a|b){17}")
     assert isinstance(result, LimitExceeded) and result.limit_name == "max_automaton_bytes"
-    assert elapsed < 1.0
-    elapsed, result = _timed("(a|b)*a(a|b){3}")
+    result = _compiled("(a|b)*a(a|b){3}")
     assert isinstance(result, DFA) and result.n_states == 16
 
 
 @pytest.mark.parametrize("pattern", ["(?:a{1000}){1000}", "(((a{100}){100}){100})", "(?:(?:a{99999}){99999}){99999}"])
 def test_huge_counted_repetitions_are_refused_before_expansion(pattern: str) -> None:
-    elapsed, result = _timed(pattern)
-    print(f"{pattern} refused in {elapsed * 1000:.2f} ms")
+    result = _compiled(pattern)
     assert isinstance(result, LimitExceeded) and "positions" in str(result)
-    assert elapsed < 0.5
 
 
 def test_repeat_of_repeat_is_a_syntax_error_like_python() -> None:
@@ -259,11 +257,9 @@ def test_budget_boundary_is_exact() -> None:
             regex_to_dfa(pattern, Limits(max_automaton_bytes=needed - 1))
 
 
-def test_two_thousand_state_dfa_is_fast() -> None:
-    elapsed, result = _timed("(a|b)*a(a|b){10}")
-    print(f"2048-state DFA built in {elapsed * 1000:.1f} ms")
+def test_two_thousand_state_dfa_builds_within_the_default_budget() -> None:
+    result = _compiled("(a|b)*a(a|b){10}")
     assert isinstance(result, DFA) and result.n_states == 2048
-    assert elapsed < 1.5  # target 0.3 s; generous for a loaded CI box
 
 
 # A JSON object with 20 optional properties, spelled the usual generated way
@@ -291,11 +287,7 @@ def _object_regex(n: int) -> str:
 def test_realistic_json_object_regex_builds_within_budget() -> None:
     pattern = _object_regex(20)
     assert 18_000 < len(pattern.encode()) < 24_000
-    t0 = time.perf_counter()
     dfa = regex_to_dfa(pattern, Limits())
-    elapsed = time.perf_counter() - t0
-    print(f"{len(pattern)}-byte JSON object regex: {dfa.n_states} states in {elapsed * 1000:.0f} ms")
-    assert elapsed < 2.0  # ~0.3 s on an idle core
     sample = '{"field_00": "a\\n", "field_02": -1.5e3, "field_03":true,"field_04" : "shipped", "field_19": null}'
     assert dfa.matches(sample.encode()) == bool(re.fullmatch(pattern, sample))
     assert dfa.matches(sample.encode())

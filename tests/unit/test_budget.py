@@ -121,9 +121,7 @@ def test_engine_budget_is_capped_by_the_context(max_tokens, max_model_len, promp
 
 # ------------------------------------------------------------- json_object
 
-xgr = pytest.importorskip("xgrammar")
-
-from poot_vllm.core.grammar import json_object_grammar
+from poot_vllm.core.grammar import json_object_grammar  # noqa: E402
 from poot_vllm.core.matchers.pushdown import PushdownMatcher, compile_pushdown  # noqa: E402
 from poot_vllm.core.grammar.json_budget import JsonCloser, closing_tables, shortest_object_tokens  # noqa: E402
 from poot_vllm.core.vocabulary import TokenVocabulary  # noqa: E402

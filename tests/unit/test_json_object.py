@@ -8,22 +8,20 @@ from __future__ import annotations
 
 import json
 import random
-from pathlib import Path
 
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-pytest.importorskip("xgrammar")
-
 from poot_vllm.core.grammar import json_object_grammar
 from poot_vllm.core.matchers.pushdown import PushdownMatcher, compile_pushdown  # noqa: E402
 from poot_vllm.core.vocabulary import TokenVocabulary  # noqa: E402
+from tests.bench_data import bench_path, needs_bench
 
 STOP = 256
 BYTE_VOCAB = TokenVocabulary(tuple([bytes([b]) for b in range(256)] + [None]), frozenset({STOP}), 257, "raw")
-LLAMA3 = Path("/work/shared/bench-data/vocab/llama3-bpe-128k/tokenizer.json")
+LLAMA3 = bench_path("vocab", "llama3-bpe-128k", "tokenizer.json")
 
 
 @pytest.fixture(scope="module")
@@ -158,7 +156,7 @@ def test_masks_bound_whitespace_and_force_an_object(matcher):
     assert allowed(matcher) == {STOP}
 
 
-@pytest.mark.skipif(not LLAMA3.exists(), reason="bench vocabulary missing")
+@needs_bench("vocab", "llama3-bpe-128k", "tokenizer.json")
 def test_real_tokenizer_tokens_of_valid_objects_are_accepted():
     """Llama-3 BPE tokens cross JSON token boundaries (`{"`, `":`, `"},`): still accepted."""
     from transformers import PreTrainedTokenizerFast

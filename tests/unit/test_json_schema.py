@@ -1,9 +1,8 @@
 """JSON Schema -> regex: per-keyword accept/reject tables and property tests.
 
 Oracles: ``jsonschema`` (with its format checker) decides validity, ``json``
-parses, and the regex is matched with poot's DFA when ``compile_regex`` is
-available, else with Python's ``re.fullmatch`` (poot's regex semantics are
-defined to equal it).
+parses, and the regex is matched with poot's DFA, which must agree with
+Python's ``re.fullmatch`` (poot's regex semantics are defined to equal it).
 """
 
 from __future__ import annotations
@@ -21,8 +20,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from poot_vllm.core.automata.compilers import regex_to_dfa
 from poot_vllm.core.errors import ConstraintSyntaxError, LimitExceeded, PootError, UnsupportedConstruct
-from poot_vllm.core.json_schema import schema_to_regex
+from poot_vllm.core.json_schema import compile_json_schema, schema_to_regex
 from poot_vllm.core.limits import Limits
 
 _spec = importlib.util.spec_from_file_location("json_conformance", Path(__file__).resolve().parents[2] / "scripts" / "json_conformance.py")
@@ -30,30 +30,22 @@ conformance = importlib.util.module_from_spec(_spec)
 sys.modules["json_conformance"] = conformance
 _spec.loader.exec_module(conformance)
 
-try:  # poot's own DFA builder
-    from poot_vllm.core.automata.compilers import regex_to_dfa
-    from poot_vllm.core.json_schema import compile_json_schema
-except ImportError:  # pragma: no cover - only while the regex engine is missing
-    compile_json_schema = regex_to_dfa = None
-
 #: Tests check the language, not the automaton budget (the budget has its own tests).
 _BIG_BUDGET = Limits(max_automaton_bytes=64 << 20)
 
 
 def matcher(schema):
-    """A predicate text -> bool for the compiled schema (DFA if available, else re)."""
+    """A predicate text -> bool for the compiled schema (poot's DFA, checked against re)."""
     regex = schema_to_regex(schema)
     rx = re.compile(regex)
-    if regex_to_dfa is not None:
-        dfa = regex_to_dfa(regex, _BIG_BUDGET)
+    dfa = regex_to_dfa(regex, _BIG_BUDGET)
 
-        def both(text: str) -> bool:
-            by_dfa = dfa.matches(text.encode("utf-8"))
-            assert by_dfa == (rx.fullmatch(text) is not None), f"poot's DFA and re disagree on {text!r}"
-            return by_dfa
+    def both(text: str) -> bool:
+        by_dfa = dfa.matches(text.encode("utf-8"))
+        assert by_dfa == (rx.fullmatch(text) is not None), f"poot's DFA and re disagree on {text!r}"
+        return by_dfa
 
-        return both
-    return lambda text: rx.fullmatch(text) is not None
+    return both
 
 
 def is_valid(schema, text: str) -> bool:
@@ -463,7 +455,6 @@ def test_wrong_typed_keyword_values():
         schema_to_regex({"type": "string", "maxLength": -1})
 
 
-@pytest.mark.skipif(compile_json_schema is None, reason="poot regex engine not present")
 def test_compile_json_schema_skips_the_user_regex_limit():
     schema = {"type": "object", "properties": {f"k{i}": {"type": "string", "format": "date"} for i in range(12)}}
     assert len(schema_to_regex(schema)) > Limits().max_regex_bytes

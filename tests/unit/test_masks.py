@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import math
 import random
-import time
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,7 +13,6 @@ from hypothesis import strategies as st
 from mask_helpers import (
     allowed_set,
     brute_min_tokens,
-    chain_dfa,
     dfa_from_regex,
     load_byte_level_vocab,
     make_vocab,
@@ -26,9 +23,10 @@ from mask_helpers import (
 from poot_vllm.core.errors import PootError
 from poot_vllm.core.masks import UNREACHABLE, DFAMaskIndex, warm_up
 from poot_vllm.core.token_trie import TokenTrie
+from tests.bench_data import bench_path, needs_bench
 
 ALPHABET = b"abc"
-LLAMA3 = Path("/work/shared/bench-data/vocab/llama3-bpe-128k/tokenizer.json")
+LLAMA3 = bench_path("vocab", "llama3-bpe-128k", "tokenizer.json")
 
 FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -182,46 +180,29 @@ def test_index_is_read_only():
             a[...] = 0
 
 
-# -------------------------------------------------------------------- speed
-
-def speed_report(name: str, dfa, vocab) -> DFAMaskIndex:
-    trie_t0 = time.perf_counter()
-    TokenTrie.build(vocab)
-    trie_s = time.perf_counter() - trie_t0
-    index = DFAMaskIndex.build(dfa, vocab)
-    print(f"\n{name}: {index.n_states} states, {vocab.size} tokens: trie {trie_s * 1e3:.0f} ms (cached after), "
-          f"masks {index.build_seconds * 1e3:.1f} ms = {index.build_seconds / index.n_states * 1e3:.2f} ms/state, "
-          f"{index.n_unique_rows} unique rows, {index.nbytes / 1024:.0f} KiB")
-    return index
-
+# ------------------------------------------------------- a real 128k vocabulary
 
 JSON_ISH = r'\{"name": "[^"\\]{1,40}", "age": [0-9]{1,3}, "tags": \[("[a-z]{1,10}"(, "[a-z]{1,10}"){0,4})?\]\}'
 
 
-def speed_dfas():
-    """(name, DFA) pairs: the project's compile_regex if present, else chain DFAs."""
-    try:
-        from poot_vllm.core.automata.compilers import compile_regex
-    except ImportError:
-        text = bytes(b for b in range(0x20, 0x7F) if b not in b'"\\')
-        lit = lambda s: [(bytes([c]), 1, 1) for c in s.encode()]  # noqa: E731
-        return [("[a-z ]{0,40} (chain)", chain_dfa([(b"abcdefghijklmnopqrstuvwxyz ", 0, 40)])),
-                ("json-ish (chain)", chain_dfa(lit('{"name": "') + [(text, 1, 40)] + lit('", "age": ')
-                                               + [(b"0123456789", 1, 3)] + lit("}")))]
+def real_vocab_dfas():
+    """(name, DFA) pairs from the project's regex compiler."""
+    from poot_vllm.core.automata.compilers import compile_regex
+
     return [("[a-z ]{0,40}", compile_regex("[a-z ]{0,40}")), (JSON_ISH, compile_regex(JSON_ISH))]
 
 
-@pytest.mark.skipif(not LLAMA3.exists(), reason="bench vocabulary not present")
-def test_speed_on_llama3_vocabulary():
-    """Not an assertion on time: prints build cost (see the report)."""
-    t0 = time.perf_counter()
+@needs_bench("vocab", "llama3-bpe-128k", "tokenizer.json")
+def test_masks_on_llama3_vocabulary():
+    """Masks over 128k real tokens (build costs: scripts/bench_masks.py)."""
     warm_up()
-    print(f"\nnumba warm-up (cache load or compile): {(time.perf_counter() - t0) * 1e3:.0f} ms")
     vocab = load_byte_level_vocab(LLAMA3)
-    for name, dfa in speed_dfas():
-        index = speed_report(name, dfa, vocab)
-        # Behaviour, not time: every opening token is a prefix of some reply.
+    for name, dfa in real_vocab_dfas():
+        index = DFAMaskIndex.build(dfa, vocab)
+        # Exactly the tokens that start some reply are allowed first (stop: iff "" is a reply).
         opening = allowed_set(index.row(dfa.start), vocab.size)
-        assert opening
+        want = {t for t, b in enumerate(vocab.token_bytes)
+                if b and t not in vocab.stop_ids and walk(dfa, dfa.start, b) >= 0}
+        assert opening == want | (set(vocab.stop_ids) if dfa.accepting[dfa.start] else set()), name
         if name.startswith("\\{"):
             assert all(vocab.token_bytes[t].startswith(b"{") for t in opening)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import random
-import time
 
 import numpy as np
 import pytest
@@ -208,19 +207,21 @@ def test_bit_31_and_high_words():
     assert row[0] == np.int32(-2**31) and row[2] == np.int32(-2**31)
 
 
-def test_max_rollback_keeps_enough_history():
+def test_a_long_reply_rolls_back_to_any_point():
     dfa = dfa_from_regex("([ab][ab][ab])*", "ab")  # three states: position mod 3
     vocab = make_vocab([b"a", b"b", b"ab", None], {3}, 4)
     index = DFAMaskIndex.build(dfa, vocab)
-    m = DFAMatcher(index, max_rollback=3)
+    m = DFAMatcher(index)
     rng = random.Random(0)
-    tokens = [rng.randrange(3) for _ in range(50)]
+    tokens = [rng.randrange(3) for _ in range(500)]
     assert m.accept_tokens(tokens)
-    m.rollback(3)
-    assert m.num_accepted == 47
-    fresh = DFAMatcher(index)
-    fresh.accept_tokens(tokens[:47])
-    assert m.state == fresh.state
+    for keep in (497, 250, 0):
+        m.rollback(m.num_accepted - keep)
+        fresh = DFAMatcher(index)
+        fresh.accept_tokens(tokens[:keep])
+        assert m.num_accepted == keep and m.state == fresh.state
+    with pytest.raises(ValueError, match="only 0 were accepted"):
+        m.rollback(1)
 
 
 @FAST
@@ -259,8 +260,9 @@ def test_budget_below_minimum_follows_shortest_completion():
     assert allowed_set(row, 32) == {0, 3}
 
 
-def test_fill_bitmask_speed_print():
-    """Prints the per-call cost (not an assertion on time)."""
+def test_fill_bitmask_on_a_128k_vocabulary():
+    """[abc ]* over 128k tokens: every token and the stop stay allowed, token after
+    token (the per-call cost is measured by scripts/bench_masks.py, not here)."""
     rng = random.Random(1)
     size = 128_256
     toks = [bytes(rng.choice(b"abc ") for _ in range(rng.randint(1, 6))) for _ in range(size - 1)] + [None]
@@ -268,14 +270,9 @@ def test_fill_bitmask_speed_print():
     index = DFAMaskIndex.build(dfa, make_vocab(toks, {size - 1}, size))
     m = DFAMatcher(index)
     row = np.zeros(index.words, dtype=np.int32)
-    n = 2000
-    t0 = time.perf_counter()
-    for _ in range(n):
+    for t in range(0, size - 1, 997):
         m.fill_bitmask(row)
-    fill_us = (time.perf_counter() - t0) / n * 1e6
-    t0 = time.perf_counter()
-    for t in range(n):
-        m.accept_tokens([t])
-    accept_us = (time.perf_counter() - t0) / n * 1e6
-    print(f"\nfill_bitmask {fill_us:.1f} us/call, accept_tokens {accept_us:.1f} us/token ({size} tokens)")
+        assert (row == -1).all()  # size is a multiple of 32: every bit of every word
+        assert m.accept_tokens([t])
+    m.fill_bitmask(row)
     assert allowed_set(row, index.words * 32) == set(range(size))

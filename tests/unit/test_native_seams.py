@@ -17,15 +17,23 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import zipfile
 from pathlib import Path
 
 import pytest
+import vllm  # a required test dependency: failing to import it fails these tests, never skips them
 
-vllm = pytest.importorskip("vllm")
+from poot_vllm.adapter.cli import installed_vllm_version
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPTS = REPO / "scripts"
-VLLM033 = Path("/tmp/vllm033/src/vllm")
+#: scripts/check-patches --release: the package index could not be reached (nothing checked).
+EXIT_UNREACHABLE = 3
+INSTALLED_MINOR = ".".join((installed_vllm_version() or "unknown").split(".")[:2])
+#: Series for vLLM releases other than the installed one: checked against the release's
+#: wheel from the package index (downloaded once per machine, cached).
+OTHER_SERIES = sorted(d.name[len("vllm-"):] for d in (REPO / "patches").glob("vllm-*")
+                      if d.name != f"vllm-{INSTALLED_MINOR}")
 
 
 def _run(*cmd: str, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
@@ -38,10 +46,12 @@ def _installed_vllm_dir() -> Path:
 
 
 def _series_for_installed() -> Path:
-    from poot_vllm.adapter.cli import installed_vllm_version
-
-    version = installed_vllm_version() or ""
-    return REPO / "patches" / ("vllm-" + ".".join(version.split(".")[:2]))
+    series = REPO / "patches" / f"vllm-{INSTALLED_MINOR}"
+    if not series.is_dir():
+        have = sorted(d.name for d in (REPO / "patches").glob("vllm-*"))
+        pytest.fail(f"no patch series for the installed vLLM {installed_vllm_version()} (have {have}): "
+                    "install a supported vLLM (scripts/test does) or add patches/vllm-X.Y (patches/README.md)")
+    return series
 
 
 # --- the series --------------------------------------------------------------------------------
@@ -60,24 +70,58 @@ def test_every_series_has_numbered_patches_with_a_header():
 
 
 def test_series_applies_to_the_installed_vllm():
-    if not _series_for_installed().is_dir():
-        pytest.skip("no series for this vLLM version")
+    _series_for_installed()
     result = _run(str(SCRIPTS / "check-patches"))
     assert result.returncode == 0, result.stdout + result.stderr
     assert "OK: the series applies cleanly" in result.stdout
 
 
-@pytest.mark.skipif(not VLLM033.is_dir(), reason="vLLM 0.33 sources not unpacked at /tmp/vllm033")
-def test_033_series_applies_to_the_033_sources():
-    result = _run(str(SCRIPTS / "check-patches"), "--vllm", str(VLLM033), "--series", "patches/vllm-0.33")
+@pytest.mark.parametrize("minor", OTHER_SERIES)
+def test_series_applies_to_its_vllm_release(minor):
+    """patches/vllm-X.Y against the vllm X.Y.* release itself (its wheel, fetched once)."""
+    result = _run(str(SCRIPTS / "check-patches"), "--release", minor)
+    if result.returncode == EXIT_UNREACHABLE:
+        reason = [line for line in result.stderr.splitlines() if line.startswith("UNREACHABLE:")]
+        pytest.skip(reason[-1] if reason else result.stderr[-500:])
     assert result.returncode == 0, result.stdout + result.stderr
+    assert f"vLLM release: vllm-{minor}." in result.stdout
+    assert "OK: the series applies cleanly" in result.stdout
+
+
+#: pip settings under which the package index cannot be reached (connection refused at once).
+OFFLINE_PIP = {"PIP_CONFIG_FILE": os.devnull, "PIP_FIND_LINKS": "", "PIP_EXTRA_INDEX_URL": "",
+               "PIP_INDEX_URL": "http://127.0.0.1:9/simple"}
+
+
+def test_release_check_without_the_index_says_nothing_was_checked(tmp_path):
+    result = _run(str(SCRIPTS / "check-patches"), "--release", INSTALLED_MINOR,
+                  env={**OFFLINE_PIP, "POOT_CACHE_DIR": str(tmp_path)})
+    assert result.returncode == EXIT_UNREACHABLE, result.stdout + result.stderr
+    assert "UNREACHABLE: cannot download vllm==" in result.stderr
+    assert str(tmp_path / "wheels") in result.stderr  # where to put a wheel to check offline
+    assert "OK:" not in result.stdout and "FAILED" not in result.stdout
+
+
+def test_release_check_uses_a_cached_wheel_offline(tmp_path):
+    """A wheel in the cache is used as is (no index needed); only the touched files are unpacked."""
+    series = _series_for_installed()
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    touched = {line[6:] for p in series.glob("*.patch") for line in p.read_text().splitlines()
+               if line.startswith("+++ b/")}
+    with zipfile.ZipFile(wheels / f"vllm-{INSTALLED_MINOR}.99-cp38-abi3-manylinux_2_28_x86_64.whl", "w") as whl:
+        for rel in touched:
+            whl.write(_installed_vllm_dir().parent / rel, rel)
+    result = _run(str(SCRIPTS / "check-patches"), "--release", INSTALLED_MINOR,
+                  env={**OFFLINE_PIP, "POOT_CACHE_DIR": str(tmp_path)})
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"vLLM release: vllm-{INSTALLED_MINOR}.99-" in result.stdout
+    assert "OK: the series applies cleanly" in result.stdout
 
 
 def test_check_patches_reports_a_moved_seam(tmp_path):
     """A vLLM whose code moved under a hunk fails the check (nothing is modified)."""
     series = _series_for_installed()
-    if not series.is_dir():
-        pytest.skip("no series for this vLLM version")
     fake = tmp_path / "vllm"
     touched = {line[6:] for p in series.glob("*.patch") for line in p.read_text().splitlines()
                if line.startswith("+++ b/")}
@@ -99,7 +143,7 @@ def test_stock_vllm_has_no_native_seam():
     from poot_vllm.adapter.patches import config_backend, engine_manager, request_fields, sampling_validation
 
     if native.backend_registry() is not None:
-        pytest.skip("the installed vLLM carries patches/ (a fork)")
+        pytest.skip("the installed vLLM carries patches/ (a fork): this test checks a stock vLLM")
     assert native.request_hook_point() is None
     for hook in (config_backend, engine_manager, request_fields, sampling_validation):
         assert hook.seam_present() is False, hook.__name__
@@ -241,13 +285,10 @@ _CHILD = textwrap.dedent(
 
 
 @pytest.fixture(scope="module")
-def patched(tmp_path_factory):
+def patched(tmp_path_factory, tiny_models_dir):
     """Results of the child script against a patched copy, runtime hooks disabled."""
-    if not _series_for_installed().is_dir():
-        pytest.skip("no series for this vLLM version")
-    tiny_model = Path(os.environ.get("POOT_MODELS_DIR", REPO / ".models")) / "tiny-llama-spm"
-    if not (tiny_model / "tokenizer_config.json").exists():
-        pytest.skip(f"tiny model missing: run scripts/make_tiny_models.py (wanted {tiny_model})")
+    _series_for_installed()
+    tiny_model = tiny_models_dir / "tiny-llama-spm"
     out_dir = tmp_path_factory.mktemp("patched-vllm")
     build = _run(str(SCRIPTS / "build-patched-vllm"), "--out", str(out_dir))
     assert build.returncode == 0, build.stderr

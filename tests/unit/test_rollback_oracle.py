@@ -21,12 +21,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("vllm")
-pytest.importorskip("xgrammar")
+import torch  # with vLLM, a required test dependency: an import failure fails, never skips
 
 from poot_vllm.adapter.backend import PootGrammar  # noqa: E402
 from poot_vllm.core.automata.compilers import compile_regex  # noqa: E402
+from poot_vllm.core.matchers.base import Matcher  # noqa: E402
 from poot_vllm.core.matchers.compiled import CompiledDFA  # noqa: E402
 from poot_vllm.core.grammar import parse_gbnf
 from poot_vllm.core.matchers.pushdown import compile_pushdown  # noqa: E402
@@ -40,13 +39,13 @@ WORDS = (VOCAB.size + 31) // 32
 
 def _dfa_factory():
     compiled = CompiledDFA.build(compile_regex(r"(ab|ba|c)*( ?\((1|12)(,12)*\))?"), VOCAB)
-    return lambda: compiled.new_matcher(max_rollback_tokens=3)
+    return lambda: compiled.new_matcher()
 
 
 def _pushdown_factory():
     grammar = parse_gbnf('root ::= item*\nitem ::= "a" | "b" | "(" item* ")" | "1" "2"?')
     compiled = compile_pushdown(grammar, VOCAB)
-    return lambda: compiled.new_matcher(max_rollback_tokens=3)
+    return lambda: compiled.new_matcher()
 
 
 FACTORIES = {"dfa": _dfa_factory(), "pushdown": _pushdown_factory()}
@@ -129,6 +128,29 @@ def test_speculative_steps_match_replay(kind, seed):
         assert g.is_terminated() == oracle.is_terminated()
         if not oracle.is_terminated():
             assert allowed(g) == allowed(oracle)
+
+
+@pytest.mark.parametrize("kind", sorted(FACTORIES))
+def test_both_matchers_keep_one_protocol(kind):
+    """Same rules, same errors, whichever automaton is behind the matcher."""
+    m = FACTORIES[kind]()
+    assert isinstance(m, Matcher)
+    with pytest.raises(ValueError, match="must be >= 0"):
+        m.rollback(-1)
+    with pytest.raises(ValueError, match="only 0 were accepted"):
+        m.rollback(1)
+    with pytest.raises(ValueError, match="max_new_tokens must be >= 0"):
+        m.set_token_budget(-1)
+    assert m.accept_tokens([1, 2]) and m.num_accepted == 2  # "ab"
+    assert m.validate_tokens([STOP, 1]) == [STOP] and not m.is_terminated()
+    assert m.accept_tokens([STOP, 1]) and m.is_terminated() and m.num_accepted == 3  # "a" after the stop: ignored
+    assert m.accept_tokens([1]) and m.validate_tokens([1]) == [] and m.num_accepted == 3
+    m.rollback(2)
+    assert not m.is_terminated() and m.num_accepted == 1
+    m.rollback(1)
+    assert m.accept_tokens([7]) and not m.accept_tokens([STOP]) and m.num_accepted == 1  # "(" is no reply
+    m.reset()
+    assert m.num_accepted == 0 and m.accept_tokens([2, 1, STOP]) and m.is_terminated()
 
 
 # ------------------------------------------------------------------ guards

@@ -1,4 +1,4 @@
-"""Tool-call codecs (encode/parse/stream), forced-call constraints, codec selection."""
+"""Tool-call codecs (reference encode/parse/stream, tests/helpers), forced-call constraints, codec selection."""
 
 from __future__ import annotations
 
@@ -14,13 +14,14 @@ from hypothesis import strategies as st
 from poot_vllm.core.constraints import Constraint, Kind, check, compile_automaton
 from poot_vllm.core.errors import LimitExceeded, PootError
 from poot_vllm.core.limits import Limits
-from poot_vllm.core.tool_calls import CODECS, ToolCall, ToolCallStream, codec_for, get_codec, tool_call_spec
+from poot_vllm.core.tool_calls import codec_for, get_codec, tool_call_spec
 from poot_vllm.core.tool_calls.forcing import compile_tool_call_constraint, tool_call_regex
 from poot_vllm.core.tool_calls.selection import codec_for_model_dir
-from poot_vllm.core.tool_calls.streaming import assemble
 from poot_vllm.adapter.tool_forcing import tool_constraint_for
+from tests.helpers.tool_codecs import HERMES_TEXT, TEXT_CODECS, ToolCall
+from tests.helpers.tool_streaming import ToolCallStream, assemble
 
-HERMES = get_codec("hermes")
+HERMES = get_codec("hermes")  # the product codec poot forces with
 
 # --- strategies ---------------------------------------------------------------
 names = st.from_regex(r"[a-zA-Z_][a-zA-Z0-9_\-]{0,20}", fullmatch=True)
@@ -38,7 +39,7 @@ def canonical(call: ToolCall) -> tuple[str, object]:
 
 
 # --- round trips --------------------------------------------------------------
-@pytest.mark.parametrize("codec", list(CODECS.values()), ids=list(CODECS))
+@pytest.mark.parametrize("codec", list(TEXT_CODECS.values()), ids=list(TEXT_CODECS))
 @settings(max_examples=150, deadline=None)
 @given(calls=calls)
 def test_encode_parse_round_trip(codec, calls):
@@ -47,7 +48,7 @@ def test_encode_parse_round_trip(codec, calls):
     assert [canonical(c) for c in parsed.calls] == [canonical(c) for c in calls]
 
 
-@pytest.mark.parametrize("codec", list(CODECS.values()), ids=list(CODECS))
+@pytest.mark.parametrize("codec", list(TEXT_CODECS.values()), ids=list(TEXT_CODECS))
 def test_nested_unicode_and_escaped_quotes(codec):
     call = ToolCall.of("lookup", {"q": 'he said "ok" \\ done', "where": {"city": "Zürich 東京", "tags": ["a", {"b": None}]}})
     reply = codec.parse("Let me check.\n" + codec.encode([call]))
@@ -55,7 +56,7 @@ def test_nested_unicode_and_escaped_quotes(codec):
     assert [canonical(c) for c in reply.calls] == [canonical(call)]
 
 
-@pytest.mark.parametrize("codec", list(CODECS.values()), ids=list(CODECS))
+@pytest.mark.parametrize("codec", list(TEXT_CODECS.values()), ids=list(TEXT_CODECS))
 def test_text_without_calls_is_content(codec):
     assert codec.parse("just words").content == "just words"
     assert codec.parse("just words").calls == []
@@ -65,7 +66,7 @@ def test_text_without_calls_is_content(codec):
 
 def test_hermes_text_is_what_the_template_renders():
     call = ToolCall.of("f", {"a": 1})
-    assert HERMES.encode([call, call]) == (
+    assert HERMES_TEXT.encode([call, call]) == (
         '<tool_call>\n{"name": "f", "arguments": {"a": 1}}\n</tool_call>\n'
         '<tool_call>\n{"name": "f", "arguments": {"a": 1}}\n</tool_call>'
     )
@@ -79,7 +80,7 @@ def _stream(codec, reply: str, cuts: list[int]):
     return deltas + [stream.finish()]
 
 
-@pytest.mark.parametrize("codec", list(CODECS.values()), ids=list(CODECS))
+@pytest.mark.parametrize("codec", list(TEXT_CODECS.values()), ids=list(TEXT_CODECS))
 @settings(max_examples=150, deadline=None)
 @given(calls=calls, prefix=st.sampled_from(["", "Sure: ", "<tool", "[TOOL", "x"]), cuts=st.lists(st.integers(0, 10**4), max_size=40))
 def test_streaming_assembles_to_the_parse(codec, calls, prefix, cuts):
@@ -98,7 +99,7 @@ def test_streaming_assembles_to_the_parse(codec, calls, prefix, cuts):
 @settings(max_examples=100, deadline=None)
 @given(calls=calls, cuts=st.lists(st.integers(0, 10**4), max_size=60))
 def test_hermes_streams_arguments_in_pieces_without_markup(calls, cuts):
-    deltas = _stream(HERMES, HERMES.encode(calls), cuts)
+    deltas = _stream(HERMES_TEXT, HERMES_TEXT.encode(calls), cuts)
     sent = [""] * len(calls)
     named: set[int] = set()
     for d in deltas:
@@ -114,7 +115,7 @@ def test_hermes_streams_arguments_in_pieces_without_markup(calls, cuts):
 
 
 def test_stream_of_plain_text_is_content_even_when_it_looks_like_a_marker():
-    deltas = _stream(HERMES, "a <tool", [3, 5])
+    deltas = _stream(HERMES_TEXT, "a <tool", [3, 5])
     assert assemble(deltas) == ("a <tool", [])
 
 
@@ -151,7 +152,7 @@ def _ordered(call: ToolCall) -> ToolCall:
 @given(calls=forced_calls)
 def test_forced_language_accepts_every_valid_call_sequence(calls):
     calls = [_ordered(c) for c in calls]
-    reply = HERMES.encode(calls)
+    reply = HERMES_TEXT.encode(calls)
     parallel = tool_call_spec(TOOLS, parallel=True)
     single = tool_call_spec(TOOLS, parallel=False)
     assert _dfa_matches(parallel, reply)
@@ -222,15 +223,15 @@ def test_required_and_named_become_a_tool_call_constraint():
     named, _ = tool_constraint_for(_request({"type": "function", "function": {"name": "ping"}}), Limits(), codec=HERMES)
     dfa = compile_automaton(named)
     assert dfa.matches(b'<tool_call>\n{"name": "ping", "arguments": {}}\n</tool_call>')
-    assert not dfa.matches(HERMES.encode([ToolCall.of("get_weather", {"city": "Oslo"})]).encode())
-    assert dfa.matches(HERMES.encode([ToolCall.of("ping", {})] * 2).encode())  # parallel allowed
+    assert not dfa.matches(HERMES_TEXT.encode([ToolCall.of("get_weather", {"city": "Oslo"})]).encode())
+    assert dfa.matches(HERMES_TEXT.encode([ToolCall.of("ping", {})] * 2).encode())  # parallel allowed
 
 
 def test_parallel_false_allows_exactly_one_call():
     constraint, _ = tool_constraint_for(_request("required", parallel=False), Limits(), codec=HERMES)
     dfa = compile_automaton(constraint)
-    one = HERMES.encode([ToolCall.of("ping", {})])
-    assert dfa.matches(one.encode()) and not dfa.matches(HERMES.encode([ToolCall.of("ping", {})] * 2).encode())
+    one = HERMES_TEXT.encode([ToolCall.of("ping", {})])
+    assert dfa.matches(one.encode()) and not dfa.matches(HERMES_TEXT.encode([ToolCall.of("ping", {})] * 2).encode())
 
 
 @pytest.mark.parametrize("choice", [None, "auto", "none"])
@@ -290,12 +291,9 @@ def test_tool_parser_choice_cli(tmp_path, monkeypatch, capsys):
 
 # --- the response hook against vLLM's real parser classes -------------------------
 @pytest.fixture
-def hermes_parser_cls(monkeypatch):
+def hermes_parser_cls(monkeypatch, tiny_models_dir):
     """vLLM's DelegatingParser over a hermes parser that *would* read required/named as bare JSON
     (what VLLM_ENFORCE_STRICT_TOOL_CALLING=0 gives), on a poot server forcing the hermes codec."""
-    pytest.importorskip("vllm")
-    from pathlib import Path
-
     from transformers import AutoTokenizer
     from vllm.parser.abstract_parser import DelegatingParser
     from vllm.tool_parsers.hermes_tool_parser import Hermes2ProToolParser
@@ -303,9 +301,7 @@ def hermes_parser_cls(monkeypatch):
     from poot_vllm.adapter.patches import apply_all
     from poot_vllm.core.tool_calls import selection
 
-    model = Path(__file__).resolve().parents[2] / ".models" / "tiny-qwen2-bpe"
-    if not (model / "tokenizer.json").exists():
-        pytest.skip("tiny model missing (scripts/make_tiny_models.py)")
+    model = tiny_models_dir / "tiny-qwen2-bpe"
     apply_all(eager=True)
 
     class JsonReadingHermes(Hermes2ProToolParser):
@@ -335,7 +331,7 @@ def test_forced_reply_is_read_in_the_parsers_own_format(hermes_parser_cls, monke
     parser_cls, tokenizer = hermes_parser_cls
     request = _chat_request(tool_choice)
     calls = [ToolCall.of("get_weather", {"city": "Oslo", "where": {"lat": -3}})]
-    reply = HERMES.encode(calls)
+    reply = HERMES_TEXT.encode(calls)
     _, content, parsed = parser_cls(tokenizer, request.tools).parse(reply, request, enable_auto_tools=True)
     assert [canonical(c) for c in parsed] == [canonical(c) for c in calls] and not content
 

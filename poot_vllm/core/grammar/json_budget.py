@@ -24,19 +24,22 @@ whether a space is allowed; this module only measures).
 The scanner is permissive: it trusts xgrammar for validity and only measures.
 Its result is used for tokens xgrammar allows, where it is exact.
 
-:func:`closing_mask` walks the token trie from a state (numba), setting the
-tokens after which ``closing_bytes <= limit``.  Types of containers closed and
-reopened inside one token are read from the walk's per-depth states.
+:func:`closing_mask` walks the token trie from a state, setting the tokens
+after which ``closing_bytes <= limit``: the scanner is tabulated once as a
+byte machine with a container stack (``_scanner_machine``) and walked by the
+one trie-walk kernel, ``poot_vllm.core.masks._walk_trie``.  Types of containers
+closed and reopened inside one token are read from the walk's per-depth states.
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from poot_vllm.core.masks import _jit
+from poot_vllm.core.masks import ACTION_SHIFT, _jit, _walk_trie
 
 OBJ, ARR, NONE = 0, 1, 2
 
@@ -237,67 +240,71 @@ def step(mode, utf, top, b, lits, lit_ends):
     return INVALID, 0, A_NONE
 
 
-@_jit
-def cost_of(mode, utf, level, local):
-    if mode == IN_KEY or mode == IN_STR:
-        return local[mode] + utf + level
-    return local[mode] + level
+#: The scanner as a byte machine for the one trie walk (``masks._walk_trie``):
+#: a state is ``(mode * 4 + utf) * 3 + top``, where ``top`` is the innermost
+#: container's type; the level is the walk's container stack.
+N_STATES = N_MODES * 4 * 3
+
+
+def _encode(mode: int, utf: int, top: int) -> int:
+    return (mode * 4 + utf) * 3 + top
 
 
 @_jit
-def _closing_walk(node_byte, node_depth, node_end, tok_offsets, tok_ids, is_stop,
-                  mode0, utf0, level0, types, limit, local, lits, lit_ends,
-                  row, dmode, dutf, dlevel, dtop):
-    """Set in ``row`` (uint32, zeroed here) every non-stop token after which
-    the reply closes in at most ``limit`` bytes.  ``types[l]`` is the type of
-    the open container at level ``l`` (1-based; ``types[level0]`` is the top)."""
-    row[:] = 0
-    dmode[0] = mode0
-    dutf[0] = utf0
-    dlevel[0] = level0
-    dtop[0] = types[level0] if level0 > 0 else NONE
-    n_nodes = node_byte.shape[0]
-    i = 1
-    while i < n_nodes:
-        d = node_depth[i]
-        m, u, a = step(dmode[d - 1], dutf[d - 1], dtop[d - 1], node_byte[i], lits, lit_ends)
-        if m == INVALID:
-            i = node_end[i]
-            continue
-        lvl = dlevel[d - 1]
-        top = dtop[d - 1]
-        if a == A_PUSH_OBJ or a == A_PUSH_ARR:
-            lvl += 1
-            top = OBJ if a == A_PUSH_OBJ else ARR
-        elif a == A_POP:
-            lvl -= 1
-            if lvl == 0:
-                m = DONE
-                top = NONE
-            else:
-                # The new top: the nearest ancestor state at this level, else
-                # the stack as it was before the token.
-                top = -1
-                j = d - 1
-                while j >= 0:
-                    if dlevel[j] == lvl:
-                        top = dtop[j]
-                        break
-                    j -= 1
-                if top < 0:
-                    top = types[lvl]
-        dmode[d] = m
-        dutf[d] = u
-        dlevel[d] = lvl
-        dtop[d] = top
-        a0 = tok_offsets[i]
-        b0 = tok_offsets[i + 1]
-        if a0 < b0 and cost_of(m, u, lvl, local) <= limit:
-            for k in range(a0, b0):
-                t = tok_ids[k]
-                if not is_stop[t]:
-                    row[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
-        i += 1
+def _scanner_tables(lits, lit_ends, local, string_modes, nxt, act, retop, top_of, score):
+    """Tabulate :func:`step` over every (mode, utf, top) and byte: ``nxt``
+    (-1: invalid) and ``act`` (0 none, 1 push, 2 pop); ``retop[c, k]`` is ``c``
+    with ``k`` as the innermost container (after a pop), DONE once no
+    container is left; ``top_of`` and ``score`` (closing bytes, level excluded)."""
+    for mode in range(N_MODES):
+        for utf in range(4):
+            for top in range(3):
+                c = (mode * 4 + utf) * 3 + top
+                top_of[c] = top
+                score[c] = local[mode] + (utf if string_modes[mode] else 0)
+                for k in range(3):
+                    retop[c, k] = (mode * 4 + utf) * 3 + k
+                if mode == AFTER_VALUE:   # a pop that leaves no container: the reply is done
+                    retop[c, NONE] = (DONE * 4) * 3 + NONE
+                for b in range(256):
+                    m, u, a = step(mode, utf, top, b, lits, lit_ends)
+                    if m == INVALID:
+                        nxt[c, b] = -1
+                        act[c, b] = 0
+                        continue
+                    new_top = top
+                    code = 0
+                    if a == A_PUSH_OBJ or a == A_PUSH_ARR:
+                        new_top = OBJ if a == A_PUSH_OBJ else ARR
+                        code = 1
+                    elif a == A_POP:
+                        new_top = NONE    # the walk reads the container below (retop)
+                        code = 2
+                    nxt[c, b] = (m * 4 + u) * 3 + new_top
+                    act[c, b] = code
+
+
+@dataclass(frozen=True, eq=False)
+class _ScannerMachine:
+    trans: np.ndarray   # int32 (N_STATES, 256), packed for masks._walk_trie
+    retop: np.ndarray   # int32 (N_STATES, 3)
+    top_of: np.ndarray  # int32 (N_STATES,)
+    score: np.ndarray   # int32 (N_STATES,)
+
+
+@functools.lru_cache(maxsize=1)
+def _scanner_machine() -> _ScannerMachine:
+    nxt = np.empty((N_STATES, 256), dtype=np.int32)
+    act = np.empty((N_STATES, 256), dtype=np.int32)
+    retop = np.empty((N_STATES, 3), dtype=np.int32)
+    top_of = np.empty(N_STATES, dtype=np.int32)
+    score = np.empty(N_STATES, dtype=np.int32)
+    _scanner_tables(_LITS, _LIT_ENDS, LOCAL, STRING_MODES, nxt, act, retop, top_of, score)
+    trans = np.where(nxt < 0, -1, nxt | (act << ACTION_SHIFT)).astype(np.int32)
+    tables = _ScannerMachine(trans, retop, top_of, score)
+    for a in (trans, retop, top_of, score):
+        a.flags.writeable = False   # one kernel specialisation, shared with the DFA masks
+    return tables
 
 
 @dataclass
@@ -411,13 +418,19 @@ def closing_mask(tables: ClosingTables, closer: JsonCloser, limit: int, out_row:
     """Write to ``out_row`` (int32 words) the text tokens after which the reply
     closes in at most ``limit`` bytes (stop ids are left clear)."""
     trie = tables.trie
-    depth = trie.max_depth + 1
-    types = np.asarray(closer.types[: closer.level + 1], dtype=np.int32)
-    scratch = np.empty((4, depth), dtype=np.int32)
-    _closing_walk(trie.node_byte, trie.node_depth, trie.node_end, trie.tok_offsets, trie.tok_ids,
-                  tables.is_stop, np.int32(closer.mode), np.int32(closer.utf), np.int32(closer.level),
-                  types, np.int32(limit), LOCAL, _LITS, _LIT_ENDS, out_row.view(np.uint32),
-                  scratch[0], scratch[1], scratch[2], scratch[3])
+    machine = _scanner_machine()
+    level = closer.level
+    kinds = np.asarray(closer.types[: level + 1], dtype=np.int32)
+    kinds.flags.writeable = False
+    start = _encode(closer.mode, closer.utf, closer.types[level] if level > 0 else NONE)
+    stack = np.empty((2, trie.max_depth + 1), dtype=np.int32)
+    _walk_trie(machine.trans, start, True, level, kinds, machine.top_of, machine.retop,
+               trie.node_byte, trie.node_depth, trie.node_end, trie.tok_offsets, trie.tok_ids, tables.is_stop,
+               machine.score, int(limit), out_row.view(np.uint32), False, _NO_SEEN, 0, _NO_SEEN,
+               stack[0], stack[1], np.zeros(1, dtype=np.int64))
+
+
+_NO_SEEN = np.zeros(1, dtype=np.int32)  # successors are not collected here
 
 
 def shortest_object_tokens(tables: ClosingTables) -> int:

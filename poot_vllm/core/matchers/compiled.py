@@ -28,7 +28,7 @@ class CompiledDFA:
         """Bytes of cached masks and tables (what the backend's LRU counts)."""
         return int(self.index.nbytes)
 
-    def new_matcher(self, max_rollback_tokens: int = 0) -> DFAMatcher:
-        # Keep every state: vLLM rolls back at most num_speculative_tokens, and
-        # replies are bounded by max_tokens, so the history stays small.
+    def new_matcher(self) -> DFAMatcher:
+        """A fresh matcher for one request; it keeps every state of the reply
+        (bounded by ``max_tokens``), so any accepted tokens can be rolled back."""
         return DFAMatcher(self.index)

@@ -17,10 +17,8 @@ from __future__ import annotations
 
 import functools
 import os
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable
 
 import numpy as np
 
@@ -28,6 +26,7 @@ from poot_vllm.core.limits import DEFAULT_LIMITS, Limits
 
 from poot_vllm.core.grammar.emit import grammar_to_xgrammar_ebnf
 from poot_vllm.core.grammar.gbnf import Grammar
+from poot_vllm.core.matchers.base import TokenMatcher
 
 
 @dataclass(frozen=True, eq=False)
@@ -48,93 +47,88 @@ class CompiledPushdown:
 
     @property
     def nbytes(self) -> int:
-        """What the backend's LRU counts (the trie of ``closing`` is shared)."""
+        """The xgrammar grammar's bytes (charged once, to its own cache entry;
+        this wrapper itself is not cached)."""
         return self.memory_bytes
 
-    def new_matcher(self, max_rollback_tokens: int = 0) -> "PushdownMatcher":
-        return PushdownMatcher(self, max_rollback_tokens=max_rollback_tokens)
+    def new_matcher(self) -> "PushdownMatcher":
+        return PushdownMatcher(self)
 
 
-class _CompilerCache:
-    """xgrammar compilers per vocabulary, and an LRU of compiled grammars by
-    (vocabulary, grammar text), bounded in bytes."""
+def compiler_for(vocab: Any) -> Any:
+    """The xgrammar compiler for ``vocab``'s token bytes (cached, single-flight).
 
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._compilers: OrderedDict[str, Any] = OrderedDict()
-        self._compiled: OrderedDict[tuple[str, str], CompiledPushdown] = OrderedDict()
-        self._bytes = 0
+    Keyed by ``vocab.token_key`` -- token bytes, size, kind, *not* stop ids:
+    the compiler's tokenizer tables are built with no stop tokens, and each
+    matcher names its own (``override_stop_tokens``), so a request with its
+    own ``stop_token_ids`` reuses the compiler and the compiled grammars
+    instead of rebuilding them (~0.25 s for json_object at 128k tokens).
+    """
+    from poot_vllm.core.cache import compiled_cache
 
-    def compiler(self, vocab: Any) -> Any:
-        key = vocab.cache_key if hasattr(vocab, "cache_key") else str(id(vocab))
-        with self._lock:
-            comp = self._compilers.get(key)
-            if comp is not None:
-                self._compilers.move_to_end(key)
-                return comp
-        comp = _make_compiler(vocab)
-        with self._lock:
-            self._compilers[key] = comp
-            while len(self._compilers) > 4:  # a server has one model; tests a few
-                self._compilers.popitem(last=False)
-        return comp
-
-    def get(self, key: tuple[str, str]) -> CompiledPushdown | None:
-        with self._lock:
-            hit = self._compiled.get(key)
-            if hit is not None:
-                self._compiled.move_to_end(key)
-            return hit
-
-    def put(self, key: tuple[str, str], value: CompiledPushdown, budget: int) -> None:
-        with self._lock:
-            if key in self._compiled:
-                return
-            self._compiled[key] = value
-            self._bytes += value.memory_bytes
-            while self._bytes > budget and len(self._compiled) > 1:
-                _, old = self._compiled.popitem(last=False)
-                self._bytes -= old.memory_bytes
+    return compiled_cache().get_or_build(("xgrammar-compiler", vocab.token_key), lambda: _make_compiler(vocab),
+                                         sizeof=lambda _: _compiler_bytes(vocab))
 
 
-_CACHE = _CompilerCache()
+def _compiler_bytes(vocab: Any) -> int:
+    """An estimate of xgrammar's tokenizer tables (it reports no size): the
+    token strings twice (decoded and sorted vocabularies) plus per-token overhead."""
+    return 2 * sum(len(b) for b in vocab.token_bytes if b) + 96 * int(vocab.size)
 
 
 def _make_compiler(vocab: Any) -> Any:
     import xgrammar as xgr
 
     # Empty strings are xgrammar's "special token": never allowed as content.
+    # No stop tokens here: they are per request (PushdownMatcher passes them).
     encoded = [b if b else b"" for b in vocab.token_bytes]
-    info = xgr.TokenizerInfo(encoded, xgr.VocabType.RAW, vocab_size=vocab.size,
-                             stop_token_ids=sorted(vocab.stop_ids))
+    info = xgr.TokenizerInfo(encoded, xgr.VocabType.RAW, vocab_size=vocab.size, stop_token_ids=[])
     threads = max(1, min(4, os.cpu_count() or 1))
-    # poot keeps its own byte-bounded cache (below); xgrammar's is unbounded.
+    # poot's byte-bounded cache keeps compiled grammars; xgrammar's is unbounded.
     return xgr.GrammarCompiler(info, max_threads=threads, cache_enabled=False)
 
 
-def compile_pushdown(grammar: Grammar, vocab: Any, limits: Limits = DEFAULT_LIMITS) -> CompiledPushdown:
-    """Compile a validated grammar for ``vocab`` (cached per vocabulary and text).
+def _compile_xgrammar(vocab: Any, runtime_ebnf: str) -> Any:
+    """xgrammar's compiled grammar for ``vocab``'s token bytes (stop ids are the matcher's)."""
+    return compiler_for(vocab).compile_grammar(runtime_ebnf)
 
-    ``limits.mask_cache_bytes`` bounds the bytes of compiled grammars kept.
+
+def compile_pushdown(grammar: Grammar, vocab: Any, limits: Limits = DEFAULT_LIMITS) -> CompiledPushdown:
+    """Compile a validated grammar for ``vocab``.
+
+    The expensive parts live in the process's compiled-artefact cache (one
+    byte budget, ``Limits.mask_cache_bytes``, read when the cache is first
+    used): the xgrammar grammar per (token bytes, grammar text), shared by
+    every stop-id set, and json_object's closing tables per vocabulary.  The
+    returned :class:`CompiledPushdown` is a cheap wrapper, built per call and
+    not cached itself, so no grammar is counted (or kept) twice.  ``limits``
+    is accepted for symmetry with the DFA path.
     """
+    from poot_vllm.core.cache import compiled_cache
+
+    cache = compiled_cache()
     ebnf = grammar_to_xgrammar_ebnf(grammar)
-    vkey = vocab.cache_key if hasattr(vocab, "cache_key") else str(id(vocab))
-    key = (vkey, ebnf)
-    hit = _CACHE.get(key)
-    if hit is not None:
-        return hit
     closing = None
     runtime_ebnf = ebnf
     if ebnf == _json_object_ebnf():
         from poot_vllm.core.grammar.json_budget import closing_tables
         from poot_vllm.core.grammar.json_object import json_object_runtime_ebnf
 
-        closing = closing_tables(vocab)
+        closing = cache.get_or_build(("json-closing", vocab.cache_key), lambda: closing_tables(vocab),
+                                     sizeof=_closing_bytes)
         runtime_ebnf = json_object_runtime_ebnf(ebnf)
-    compiled = _CACHE.compiler(vocab).compile_grammar(runtime_ebnf)
-    result = CompiledPushdown(compiled, ebnf, vocab.size, frozenset(vocab.stop_ids), closing)
-    _CACHE.put(key, result, limits.mask_cache_bytes)
-    return result
+    compiled = cache.get_or_build(("xgrammar", vocab.token_key, runtime_ebnf),
+                                  lambda: _compile_xgrammar(vocab, runtime_ebnf),
+                                  sizeof=lambda c: int(c.memory_size_bytes))
+    return CompiledPushdown(compiled, ebnf, vocab.size, frozenset(vocab.stop_ids), closing)
+
+
+def _closing_bytes(tables: Any) -> int:
+    """json_object closing tables: their own stop-id array (the trie is cached on its own)."""
+    if tables is None:
+        return 0
+    is_stop = getattr(tables, "is_stop", None)
+    return int(getattr(is_stop, "nbytes", 0)) + 256
 
 
 @functools.lru_cache(maxsize=1)
@@ -144,26 +138,25 @@ def _json_object_ebnf() -> str:
     return grammar_to_xgrammar_ebnf(json_object_grammar())
 
 
-class PushdownMatcher:
+class PushdownMatcher(TokenMatcher):
     """The state of one request constrained by a grammar (one per request).
 
-    Same interface and semantics as :class:`poot_vllm.core.matchers.dfa.DFAMatcher`:
-    ``accept_tokens`` stops at the first rejected token (earlier ones stay);
-    once a stop token is accepted the matcher is terminated and later tokens
-    are ignored; ``validate_tokens`` never changes state; ``rollback(n)`` undoes
-    the last ``n`` accepted tokens, termination included.
+    Accept / validate / rollback / termination are :class:`~poot_vllm.core.matchers.base.TokenMatcher`'s,
+    shared with the DFA matcher; here a token moves xgrammar's matcher (which
+    keeps the whole history, so any number of accepted tokens can be rolled
+    back) and, for json_object, the closing state used by budgets.
     """
 
-    def __init__(self, compiled: CompiledPushdown, stop_ids: Iterable[int] | None = None,
-                 max_rollback_tokens: int = 0) -> None:
-        """``stop_ids`` overrides the vocabulary's stop ids when given.
-        ``max_rollback_tokens`` is accepted for interface parity: xgrammar keeps
-        the whole history, so any number of accepted tokens can be rolled back."""
+    def __init__(self, compiled: CompiledPushdown, stop_ids: Iterable[int] | None = None) -> None:
+        """``stop_ids`` overrides the vocabulary's stop ids when given."""
         import xgrammar as xgr
 
         self._compiled = compiled
         self._stop_ids = frozenset(compiled.stop_ids if stop_ids is None else stop_ids)
-        override = None if stop_ids is None else sorted(self._stop_ids)
+        # The compiled grammar has no stop tokens (one per token bytes, shared
+        # by every stop set): this matcher's always come from here.  xgrammar
+        # refuses an empty override; None then means "no stop tokens".
+        override = sorted(self._stop_ids) or None
         self._m = xgr.GrammarMatcher(compiled.compiled, override_stop_tokens=override)
         self._size = compiled.vocab_size
         self._words = (self._size + 31) // 32
@@ -175,8 +168,6 @@ class PushdownMatcher:
         # never allow ids past the vocabulary.
         tail = self._size & 31
         self._last_word = np.uint32((1 << tail) - 1).view(np.int32) if tail else None
-        self._max_rollback = max_rollback_tokens
-        self._accepted = 0
         # Budgets (json_object only): the reply's closing state, token by token.
         self._closing = compiled.closing
         self._closer = None
@@ -184,12 +175,11 @@ class PushdownMatcher:
             from poot_vllm.core.grammar.json_budget import JsonCloser
 
             self._closer = JsonCloser()
-        self._budget: int | None = None
+        self._budget = None
         self._stop_cost = 1 if self._stop_ids else 0
 
-    def reset(self) -> None:
+    def _restart(self) -> None:
         self._m.reset()
-        self._accepted = 0
         if self._closer is not None:
             self._closer.reset()
 
@@ -199,14 +189,6 @@ class PushdownMatcher:
         over a vocabulary that spells its closing bytes; not general grammars)."""
         return self._closer is not None
 
-    def set_token_budget(self, max_new_tokens: int | None) -> None:
-        """Limit the reply to ``max_new_tokens`` tokens (stop token included):
-        masks then allow only tokens after which the JSON object can still be
-        closed in time.  A no-op for grammars without budget support."""
-        if max_new_tokens is not None and max_new_tokens < 0:
-            raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
-        self._budget = max_new_tokens if self._closer is not None else None
-
     def closing_cost(self) -> int | None:
         """Fewest tokens that still finish the reply, stop included (json_object)."""
         if self._closer is None:
@@ -215,61 +197,19 @@ class PushdownMatcher:
             return 0
         return self._closer.cost() + self._stop_cost
 
-    @property
-    def num_accepted(self) -> int:
-        """Tokens accepted since the start (stop token included), net of rollbacks."""
-        return self._accepted
-
-    def is_terminated(self) -> bool:
-        return bool(self._m.is_terminated())
-
-    def _accept_one(self, token: int) -> bool:
+    def _advance(self, token: int) -> bool:
         # xgrammar rejects out-of-range ids itself; the range check keeps a
-        # negative id from wrapping around in the C++ layer.
+        # negative id from wrapping around in the C++ layer.  xgrammar accepts
+        # a stop id exactly where the grammar may end, and terminates then.
         if not 0 <= token < self._size or not self._m.accept_token(token):
             return False
-        self._accepted += 1
         if self._closer is not None:
             data = self._closing.token_bytes[token] if token not in self._stop_ids else None
             self._closer.advance(data or b"")
         return True
 
-    def accept_tokens(self, ids: Sequence[int]) -> bool:
-        """Advance over ``ids``; False at the first token not allowed (earlier ones stay)."""
-        if self.is_terminated():
-            return True
-        for token in ids:
-            if not self._accept_one(int(token)):
-                return False
-            if self._m.is_terminated():
-                break
-        return True
-
-    def validate_tokens(self, ids: Sequence[int]) -> list[int]:
-        """The longest prefix of ``ids`` that ``accept_tokens`` would take; no state change."""
-        if self.is_terminated():
-            return []
-        out: list[int] = []
-        for token in ids:
-            if not self._accept_one(int(token)):
-                break
-            out.append(int(token))
-            if self._m.is_terminated():
-                break
-        if out:
-            self.rollback(len(out))
-        return out
-
-    def rollback(self, n: int) -> None:
-        """Undo the last ``n`` accepted tokens (termination included)."""
-        if n < 0:
-            raise ValueError(f"rollback count must be >= 0, got {n}")
-        if n == 0:
-            return
-        if n > self._accepted:
-            raise ValueError(f"cannot roll back {n} tokens: only {self._accepted} were accepted")
+    def _retreat(self, n: int) -> None:
         self._m.rollback(n)
-        self._accepted -= n
         if self._closer is not None:
             self._closer.undo(n)
 

@@ -1,24 +1,23 @@
-"""Tool calls in each model family's own format: codecs, streaming, forcing.
+"""Tool calls in each model family's own format: codecs, forcing, selection.
 
-* ``codecs``: ChatML/Hermes ``<tool_call>``, Mistral ``[TOOL_CALLS]``,
-  Llama 3.1 ``<|python_tag|>`` (encode / parse / streaming scan);
-* ``streaming``: OpenAI-style deltas from a growing reply;
+* ``codecs``: ChatML/Hermes ``<tool_call>`` (the envelope poot forces),
+  Mistral ``[TOOL_CALLS]``, Llama 3.1 ``<|python_tag|>`` (names and markers);
 * ``forcing``: ``tool_choice`` required/named as a regular language
   (``compile_tool_call_constraint``, used by ``constraints.compile_automaton``);
 * ``selection``: which codec a model (or this server) uses.
 
 vLLM-free; the vLLM side is ``poot_vllm/adapter/tool_forcing.py`` and
-``poot_vllm/adapter/patches/tool_responses.py``.  See docs/tools.md.
+``poot_vllm/adapter/patches/tool_responses.py``; replies are read back by
+vLLM's tool parsers (the tests' reference encoders and parsers are in
+``tests/helpers/``).  See docs/tools.md.
 """
 
-from poot_vllm.core.tool_calls.codecs import CODECS, Codec, ParsedReply, ToolCall, get_codec
+from poot_vllm.core.tool_calls.codecs import CODECS, Codec, HermesCodec, get_codec
 from poot_vllm.core.tool_calls.forcing import compile_tool_call_constraint, tool_call_regex, tool_call_spec
 from poot_vllm.core.tool_calls.selection import codec_for, codec_for_model_dir, codec_for_parser, server_codec
-from poot_vllm.core.tool_calls.streaming import StreamDelta, ToolCallStream
 
 __all__ = [
-    "CODECS", "Codec", "ParsedReply", "ToolCall", "get_codec",
+    "CODECS", "Codec", "HermesCodec", "get_codec",
     "compile_tool_call_constraint", "tool_call_regex", "tool_call_spec",
     "codec_for", "codec_for_model_dir", "codec_for_parser", "server_codec",
-    "StreamDelta", "ToolCallStream",
 ]

@@ -1,4 +1,5 @@
-"""Assemble OpenAI-style streaming deltas from a reply as it is generated.
+"""Assemble OpenAI-style streaming deltas from a reply as it is generated (a
+test reference: vLLM's tool parsers do this in the server).
 
 :class:`ToolCallStream` is fed the text deltas of one choice and returns
 what to send: new content, then for each call first its id and name, then
@@ -11,7 +12,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field
 
-from poot_vllm.core.tool_calls.codecs import Codec
+from tests.helpers.tool_codecs import TextCodec
 
 
 def new_call_id() -> str:
@@ -36,7 +37,7 @@ class StreamDelta:
 
 
 class ToolCallStream:
-    def __init__(self, codec: Codec) -> None:
+    def __init__(self, codec: TextCodec) -> None:
         self.codec = codec
         self.text = ""
         self._content_sent = 0

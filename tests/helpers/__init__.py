@@ -1,0 +1,1 @@
+"""Reference code the tests share that the product does not ship."""
