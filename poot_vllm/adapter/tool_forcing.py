@@ -78,7 +78,9 @@ def tool_constraint_for(request: Any, limits: Limits, codec: Codec | None = None
     codec = forcing_codec(codec)
     if tools is None or codec is None:
         return None
-    parallel = _get(request, "parallel_tool_calls") is not False
+    # A named tool_choice forces exactly one call (as vLLM does), whatever
+    # parallel_tool_calls says; "required" allows several unless it is false.
+    parallel = _get(request, "tool_choice") == "required" and _get(request, "parallel_tool_calls") is not False
     try:
         spec = tool_call_spec(tools, parallel=parallel, codec=codec.name, limits=limits)
     except PootError as exc:

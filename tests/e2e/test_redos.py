@@ -132,7 +132,13 @@ def test_backtracking_pattern_in_a_forced_tool_call(bpe_server):
 
 
 def test_tool_flood_is_refused_fast(bpe_server):
-    """400 small tools with a forced call: the envelope passes its bound and is a 400, the loop stays free."""
+    """400 small tools with a forced call: a 400 at once, the loop stays free.
+
+    On the tiny model the tools' text alone passes the 2,048-token context,
+    which vLLM refuses; poot's own bound on the forced-call regex (checked as
+    each tool is added) is covered by tests/unit/test_tool_forcing_bounds.py.
+    Either way the refusal must be fast and must not stall /health.
+    """
     tools = [{"type": "function", "function": {"name": f"tool_{i}", "parameters": {
         "type": "object", "properties": {"q": {"type": "string", "maxLength": 20}, "k": {"type": "integer"}},
         "required": ["q"], "additionalProperties": False}}} for i in range(400)]
@@ -140,7 +146,6 @@ def test_tool_flood_is_refused_fast(bpe_server):
             "tools": tools, "tool_choice": "required"}
     resp, elapsed, probe = send_probed(bpe_server, "/chat/completions", body)
     assert resp.status_code == 400, resp.text[:400]
-    assert "tool" in resp.json()["error"]["message"].lower(), resp.text[:400]
     assert elapsed < ANSWER_BOUND_S and probe.failures == 0 and probe.slowest < HEALTH_BOUND_S, (elapsed, probe.slowest)
 
 

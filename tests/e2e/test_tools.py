@@ -175,3 +175,37 @@ def test_structural_tag_reaching_poot_is_a_clear_400(bpe_server, stream):
     assert r.status_code == 400, r.text[:300]
     assert "structural tag" in r.json()["error"]["message"].lower()
     assert bpe_server.healthy()
+
+
+# Realistically nested tools, sent the way SDKs send them (parallel_tool_calls left at its default).
+from tests.helpers.tool_codecs import NESTED  # noqa: E402
+
+NESTED_SCHEMAS = dict(NESTED)  # free text too: an order's customer_id and its items' notes
+NESTED_TOOLS = [{"type": "function", "function": {"name": n, "parameters": s}} for n, s in NESTED_SCHEMAS.items()]
+
+
+def _assert_nested(content, calls, finish, allowed):
+    assert calls, "no tool_calls"
+    assert finish == "tool_calls", finish
+    assert not (content or "").strip(), f"leftover content {content!r}"
+    for call_id, name, arguments in calls:
+        assert call_id and name in allowed, (call_id, name)
+        jsonschema.validate(json.loads(arguments), NESTED_SCHEMAS[name])
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["full", "stream"])
+def test_required_with_default_parallel_calls_serves_nested_tools(client, stream):
+    for seed in range(3):
+        content, calls, finish = _create(client, stream, tools=NESTED_TOOLS, tool_choice="required", seed=seed)
+        _assert_nested(content, calls, finish, set(NESTED_SCHEMAS))
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["full", "stream"])
+@pytest.mark.parametrize("parallel", [None, True], ids=["default", "parallel"])
+def test_named_tool_choice_is_exactly_one_call(client, stream, parallel):
+    extra = {} if parallel is None else {"parallel_tool_calls": parallel}
+    for seed in range(2):
+        content, calls, finish = _create(client, stream, tools=NESTED_TOOLS, seed=seed,
+                                         tool_choice={"type": "function", "function": {"name": "create_order"}}, **extra)
+        _assert_nested(content, calls, finish, {"create_order"})
+        assert len(calls) == 1, calls

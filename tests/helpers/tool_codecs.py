@@ -28,6 +28,11 @@ class ToolCall:
         return cls(name, json.dumps(arguments, ensure_ascii=False))
 
 
+def forced_spelling(arguments: object) -> str:
+    """Arguments as JSON text the way poot forces them: ``<`` only as ``\\u003c`` (decodes the same)."""
+    return json.dumps(arguments, ensure_ascii=False).replace("<", "\\u003c")
+
+
 @dataclass(frozen=True)
 class ParsedReply:
     content: str | None  # text outside the calls (None when there is none)
@@ -277,3 +282,24 @@ TEXT_CODECS: dict[str, TextCodec] = {
     name: cls(CODECS[name]) for name, cls in (("hermes", HermesText), ("mistral", MistralText), ("llama3", Llama3Text))
 }
 HERMES_TEXT = TEXT_CODECS["hermes"]
+
+
+# Realistically nested tool schemas (a customer with an address, an order with line items), as SDK users
+# send them; the unit bounds tests and the e2e tests force calls to them.
+ADDRESS = {"type": "object", "properties": {
+    "street": {"type": "string", "maxLength": 32}, "city": {"type": "string", "maxLength": 16},
+    "postal_code": {"type": "string", "pattern": "^[0-9]{5}$"},
+    "country": {"type": "string", "enum": ["US", "DE", "FR", "JP"]}},
+    "required": ["street", "city", "country"], "additionalProperties": False}
+CUSTOMER = {"type": "object", "properties": {
+    "name": {"type": "string", "maxLength": 32}, "email": {"type": "string", "format": "email"},
+    "address": ADDRESS, "vip": {"type": "boolean"}},
+    "required": ["name", "address"], "additionalProperties": False}
+ORDER = {"type": "object", "properties": {
+    "customer_id": {"type": "string"},
+    "items": {"type": "array", "minItems": 1, "items": {"type": "object", "properties": {
+        "sku": {"type": "string", "maxLength": 16}, "quantity": {"type": "integer", "minimum": 1, "maximum": 99},
+        "note": {"type": "string"}}, "required": ["sku", "quantity"], "additionalProperties": False}},
+    "shipping": ADDRESS, "express": {"type": "boolean"}},
+    "required": ["customer_id", "items"], "additionalProperties": False}
+NESTED = [("create_customer", CUSTOMER), ("create_order", ORDER)]

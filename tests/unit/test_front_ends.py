@@ -161,6 +161,9 @@ def test_both_regex_entry_points_accept_and_refuse_alike(tokens: list[str]) -> N
             outcomes.append(entry(pattern))
         except PootError as exc:
             outcomes.append((type(exc), str(exc)))
+    # An anchor inside the pattern is where the two semantics differ on purpose:
+    # re.fullmatch (guided_regex) refuses it, re.search (JSON Schema) keeps it.
+    assume(not any("Anchor(" in repr(o) or "anchor" in repr(o) for o in outcomes))
     assert outcomes[0] == outcomes[1], pattern
 
 

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import random
 import re
 from types import SimpleNamespace
 
 import jsonschema
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -15,10 +17,11 @@ from poot_vllm.core.constraints import Constraint, Kind, check, compile_automato
 from poot_vllm.core.errors import LimitExceeded, PootError
 from poot_vllm.core.limits import Limits
 from poot_vllm.core.tool_calls import codec_for, get_codec, tool_call_spec
-from poot_vllm.core.tool_calls.forcing import compile_tool_call_constraint, tool_call_regex
+from poot_vllm.core.automata.compilers import regex_escape, regex_to_dfa
+from poot_vllm.core.tool_calls.forcing import compile_tool_call_constraint, repeat_with_separator, tool_call_regex
 from poot_vllm.core.tool_calls.selection import codec_for_model_dir
 from poot_vllm.adapter.tool_forcing import tool_constraint_for
-from tests.helpers.tool_codecs import HERMES_TEXT, TEXT_CODECS, ToolCall
+from tests.helpers.tool_codecs import HERMES_TEXT, TEXT_CODECS, ToolCall, forced_spelling
 from tests.helpers.tool_streaming import ToolCallStream, assemble
 
 HERMES = get_codec("hermes")  # the product codec poot forces with
@@ -144,8 +147,8 @@ forced_calls = st.lists(st.one_of(st.builds(ToolCall.of, st.just("get_weather"),
 
 
 def _ordered(call: ToolCall) -> ToolCall:
-    """poot emits object keys in sorted order (docs/json-schema.md)."""
-    return ToolCall.of(call.name, dict(sorted(json.loads(call.arguments).items())))
+    """The spelling poot emits: object keys in sorted order (docs/json-schema.md), ``<`` as ``\\u003c`` (tools.md)."""
+    return ToolCall(call.name, forced_spelling(dict(sorted(json.loads(call.arguments).items()))))
 
 
 @settings(max_examples=100, deadline=None)
@@ -209,6 +212,187 @@ def test_unsupported_schema_names_the_tool():
         compile_tool_call_constraint(spec)
 
 
+# --- markers never inside the arguments (vLLM's hermes parser finds them by text) -----
+#: A tool whose arguments can hold "<" everywhere poot spells strings: free text,
+#: a pattern, enum/const values (the markers themselves), listed and free keys.
+MARKUP = {"type": "object", "properties": {
+    "text": {"type": "string"},
+    "html": {"type": "string", "pattern": "^<[a-z/]{1,12}>$"},
+    "tag": {"enum": ["</tool_call>", "<tool_call>", "a<b", 7]},
+    "fixed": {"const": {"<k>": ["</tool_call>"]}},
+    "<key>": {"type": "string", "maxLength": 2},
+    "free": {"type": "object", "additionalProperties": {"type": ["string", "array"], "items": {"type": "string"}}},
+}, "required": ["text", "html", "tag", "<key>"], "additionalProperties": False}
+MARKUP_TOOLS = [("markup", MARKUP), ("ping", None)]
+_HEAD = '<tool_call>\n{"name": "markup", "arguments": {"\\u003ckey>": "", "fixed": {"\\u003ck>": ["\\u003c/tool_call>"]}, '
+
+
+def _dead_end_distances(dfa) -> np.ndarray:
+    """Fewest bytes from each state to acceptance (BFS over reversed edges)."""
+    n = dfa.n_states
+    dist = np.full(n, 10**9, dtype=np.int64)
+    src, _ = np.nonzero(dfa.transitions >= 0)
+    dst = dfa.transitions[src, _]
+    preds: list[list[int]] = [[] for _ in range(n)]
+    for a, b in zip(src.tolist(), dst.tolist()):
+        preds[b].append(a)
+    frontier = [int(s) for s in np.nonzero(dfa.accepting)[0]]
+    dist[frontier] = 0
+    while frontier:
+        nxt = []
+        for t in frontier:
+            for a in preds[t]:
+                if dist[a] > dist[t] + 1:
+                    dist[a] = dist[t] + 1
+                    nxt.append(a)
+        frontier = nxt
+    return dist
+
+
+def _sample(dfa, rnd: random.Random, soft_len: int) -> bytes:
+    """A random reply of the DFA: uniform over live next bytes, then the shortest way home after soft_len."""
+    dist = _dead_end_distances(dfa)
+    state, out = dfa.start, bytearray()
+    while True:
+        if dfa.accepting[state] and (len(out) >= soft_len or rnd.random() < 0.05):
+            return bytes(out)
+        live = np.nonzero(dfa.transitions[state] >= 0)[0]
+        if len(out) >= soft_len:
+            live = [b for b in live if dist[dfa.transitions[state, b]] < dist[state]]
+        b = int(rnd.choice(list(live)))
+        out.append(b)
+        state = int(dfa.transitions[state, b])
+
+
+@pytest.fixture(scope="module")
+def vllm_hermes(tiny_models_dir):
+    """vLLM's own hermes tool parser on the tiny Qwen2 tokenizer."""
+    from transformers import AutoTokenizer
+    from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+    from vllm.tool_parsers.hermes_tool_parser import Hermes2ProToolParser
+
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_models_dir / "tiny-qwen2-bpe"))
+    request = ChatCompletionRequest(model="m", messages=[{"role": "user", "content": "hi"}], tool_choice="required",
+                                    tools=[{"type": "function", "function": {"name": n, "parameters": p or {}}}
+                                           for n, p in MARKUP_TOOLS])
+    return lambda: Hermes2ProToolParser(tokenizer, request.tools), request, tokenizer
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), soft_len=st.integers(60, 400), cuts=st.lists(st.integers(0, 10**4), max_size=30))
+def test_sampled_forced_replies_parse_back_through_vllms_hermes_parser(vllm_hermes, seed, soft_len, cuts):
+    make_parser, request, _ = vllm_hermes
+    dfa = compile_automaton(Constraint(Kind.TOOL_CALL, tool_call_spec(MARKUP_TOOLS, parallel=True)))
+    reply = _sample(dfa, random.Random(seed), soft_len).decode("utf-8")
+    expected = [canonical(c) for c in HERMES_TEXT.parse(reply).calls]  # reads JSON strings properly
+    assert expected and reply.count("<") == 2 * len(expected)  # "<" only in the markers
+    for name, args in expected:
+        if name == "markup":
+            jsonschema.validate(args, MARKUP)
+
+    info = make_parser().extract_tool_calls(reply, request)
+    assert info.tools_called and not info.content
+    assert [(c.function.name, json.loads(c.function.arguments)) for c in info.tool_calls] == expected
+
+    parser, previous, names, args = make_parser(), "", {}, {}
+    bounds = sorted({0, len(reply), *(c % (len(reply) + 1) for c in cuts)})
+    for a, b in zip(bounds, bounds[1:]):
+        delta = parser.extract_tool_calls_streaming(previous, reply[:b], reply[a:b], [], [], [], request)
+        previous = reply[:b]
+        assert not (delta and delta.content), delta
+        for tc in (delta.tool_calls if delta else None) or []:
+            if tc.function and tc.function.name:
+                names[tc.index] = tc.function.name
+            args[tc.index] = args.get(tc.index, "") + ((tc.function.arguments or "") if tc.function else "")
+    assert [(names[i], json.loads(args[i])) for i in sorted(names)] == expected
+
+
+@pytest.mark.parametrize("parallel", [False, True])
+@settings(max_examples=40, deadline=None)
+@given(inside=st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=10))
+def test_the_end_marker_cannot_be_written_inside_a_free_text_argument(parallel, inside):
+    dfa = compile_automaton(Constraint(Kind.TOOL_CALL, tool_call_spec(MARKUP_TOOLS, parallel=parallel)))
+    prefix = (_HEAD + '"free": {}, "html": "\\u003ca>", "tag": 7, "text": "').encode()
+    state = dfa.step(dfa.start, prefix + json.dumps(inside, ensure_ascii=False)[1:-1].replace("<", "\\u003c").encode())
+    assert state >= 0
+    for markup in (b"</tool_call>", b"<tool_call>", b"<"):
+        assert dfa.step(state, markup) < 0
+    closing = b'\\u003c/tool_call>"}}\n</tool_call>'
+    end = dfa.step(state, closing)
+    assert end >= 0 and dfa.accepting[end]
+    parsed = HERMES_TEXT.parse((prefix + closing).decode())
+    assert json.loads(parsed.calls[0].arguments)["text"] == "</tool_call>"
+
+
+def test_marker_tokens_are_masked_inside_strings_in_a_real_vocabulary(tiny_models_dir):
+    from transformers import AutoTokenizer
+
+    from poot_vllm.core.masks import DFAMaskIndex
+    from poot_vllm.core.vocabulary import TokenVocabulary
+
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_models_dir / "tiny-qwen2-bpe"))
+    vocab = TokenVocabulary.from_tokenizer(tokenizer, stop_ids=[tokenizer.eos_token_id])
+    start_id, end_id = tokenizer.convert_tokens_to_ids(["<tool_call>", "</tool_call>"])
+    assert vocab.token_bytes[end_id] == b"</tool_call>" and vocab.token_bytes[start_id] == b"<tool_call>"
+    with_lt = [t for t in range(vocab.size) if vocab.token_bytes[t] and b"<" in vocab.token_bytes[t]]
+    backslash = vocab.token_bytes.index(b"\\")
+    dfa = compile_automaton(Constraint(Kind.TOOL_CALL, tool_call_spec(MARKUP_TOOLS, parallel=True)))
+    index = DFAMaskIndex.build(dfa, vocab)
+
+    def allowed(state: int, token: int) -> bool:
+        return bool((int(index.row(state)[token >> 5]) >> (token & 31)) & 1)
+
+    inside = [dfa.step(dfa.start, (_HEAD + '"free": {"').encode()),  # a free-form key
+              dfa.step(dfa.start, (_HEAD + '"free": {}, "html": "').encode()),  # a pattern string
+              dfa.step(dfa.start, (_HEAD + '"free": {}, "html": "\\u003ca>", "tag": 7, "text": "x').encode())]
+    for state in inside:
+        assert state >= 0 and not any(allowed(state, t) for t in with_lt)
+        assert allowed(state, backslash)  # "<" is still there: spelled \u003c
+    end = dfa.step(dfa.start, b'<tool_call>\n{"name": "ping", "arguments": {}}\n')
+    assert allowed(end, end_id)
+    again = dfa.step(dfa.start, b'<tool_call>\n{"name": "ping", "arguments": {}}\n</tool_call>\n')
+    assert allowed(again, start_id) and allowed(dfa.start, start_id)
+
+
+def test_a_tool_name_holding_a_marker_is_refused():
+    for name in ("a</tool_call>b", "<tool_call>"):
+        with pytest.raises(PootError, match="cannot contain"):
+            compile_tool_call_constraint(tool_call_spec([(name, None)], parallel=False))
+
+
+# --- parallel calls: one copy of the call, looped --------------------------------------
+_atoms = st.sampled_from(["a", "b", "\n", "ab", "a\n"])
+_small_regex = st.recursive(_atoms, lambda inner: st.one_of(
+    st.tuples(inner, inner).map(lambda t: f"(?:{t[0]}|{t[1]})"),
+    st.tuples(inner, inner).map(lambda t: t[0] + t[1]),
+    inner.map(lambda r: f"(?:{r})?"),
+    inner.map(lambda r: f"(?:{r})*")), max_leaves=6)
+
+
+@settings(max_examples=150, deadline=None)
+@given(x=_small_regex, sep=st.sampled_from(["\n", "b", "ab", "\n\n", "ba"]))
+def test_looped_dfa_is_the_minimal_dfa_of_the_repeated_regex(x, sep):
+    from poot_vllm.core.automata.build import Budget, regex_tree_to_dfa
+    from poot_vllm.core.regex.parser import parse
+
+    big = Limits(max_automaton_bytes=10**8)
+    looped = repeat_with_separator(regex_tree_to_dfa(parse(x), Budget(10**8)), sep.encode(), Budget(10**8))
+    reference = regex_to_dfa(f"(?:{x})(?:{regex_escape(sep)}(?:{x}))*", big)
+    # minimal DFAs are numbered canonically: equal languages give identical tables
+    assert np.array_equal(looped.transitions, reference.transitions)
+    assert np.array_equal(looped.accepting, reference.accepting)
+
+
+@pytest.mark.parametrize("tools", [TOOLS, MARKUP_TOOLS], ids=["weather", "markup"])
+def test_parallel_tool_call_dfa_equals_the_dfa_of_the_written_out_regex(tools):
+    big = Limits(max_automaton_bytes=10**8)
+    spec = tool_call_spec(tools, parallel=True)
+    looped = compile_tool_call_constraint(spec, big)
+    reference = regex_to_dfa(tool_call_regex(spec, big), big)
+    assert np.array_equal(looped.transitions, reference.transitions)
+    assert np.array_equal(looped.accepting, reference.accepting)
+
+
 # --- request -> constraint ------------------------------------------------------
 def _request(tool_choice, tools=TOOLS, parallel=True, **extra):
     return SimpleNamespace(
@@ -224,7 +408,24 @@ def test_required_and_named_become_a_tool_call_constraint():
     dfa = compile_automaton(named)
     assert dfa.matches(b'<tool_call>\n{"name": "ping", "arguments": {}}\n</tool_call>')
     assert not dfa.matches(HERMES_TEXT.encode([ToolCall.of("get_weather", {"city": "Oslo"})]).encode())
-    assert dfa.matches(HERMES_TEXT.encode([ToolCall.of("ping", {})] * 2).encode())  # parallel allowed
+
+
+@pytest.mark.parametrize("parallel", [True, False, None])
+def test_named_tool_choice_forces_exactly_one_call_whatever_parallel_says(parallel):
+    named, _ = tool_constraint_for(_request({"type": "function", "function": {"name": "ping"}}, parallel=parallel),
+                                   Limits(), codec=HERMES)
+    dfa = compile_automaton(named)
+    one = HERMES_TEXT.encode([ToolCall.of("ping", {})])
+    assert dfa.matches(one.encode())
+    assert not dfa.matches(HERMES_TEXT.encode([ToolCall.of("ping", {})] * 2).encode())
+
+
+@pytest.mark.parametrize("parallel", [True, None])
+def test_required_allows_several_calls_unless_parallel_is_false(parallel):
+    constraint, _ = tool_constraint_for(_request("required", parallel=parallel), Limits(), codec=HERMES)
+    calls = [ToolCall.of("ping", {}), _ordered(ToolCall.of("get_weather", {"city": "Oslo", "days": 2})),
+             ToolCall.of("ping", {})]
+    assert compile_automaton(constraint).matches(HERMES_TEXT.encode(calls).encode())
 
 
 def test_parallel_false_allows_exactly_one_call():

@@ -1,4 +1,5 @@
-"""A flood of tools stops at the bound as it is built, naming the tool where it passed."""
+"""Bounds of forced tool calls: a flood of tools stops at the bound as it is built, naming the
+tool where it passed; parallel calls cost one copy of the call, not two."""
 
 from __future__ import annotations
 
@@ -6,9 +7,11 @@ import re
 
 import pytest
 
+from poot_vllm.core.automata.compilers import regex_to_dfa
 from poot_vllm.core.errors import LimitExceeded
 from poot_vllm.core.limits import Limits
-from poot_vllm.core.tool_calls.forcing import tool_call_regex, tool_call_spec
+from poot_vllm.core.tool_calls.forcing import call_regex, compile_tool_call_constraint, tool_call_regex, tool_call_spec
+from tests.helpers.tool_codecs import NESTED
 
 PARAMS = {"type": "object", "properties": {"q": {"type": "string", "maxLength": 20}, "k": {"type": "integer"}},
           "required": ["q"], "additionalProperties": False}
@@ -19,15 +22,14 @@ def test_tool_flood_stops_at_the_tool_that_passes_the_bound(parallel):
     limits = Limits(max_schema_regex_bytes=20_000)
     spec = tool_call_spec([(f"tool_{i}", PARAMS) for i in range(400)], parallel=parallel, limits=limits)
     with pytest.raises(LimitExceeded) as info:
-        tool_call_regex(spec, limits)
+        compile_tool_call_constraint(spec, limits)
     message = str(info.value)
     assert "max_schema_regex_bytes" in message and "of 400" in message, message
     stopped_at = int(re.search(r"at tool (\d+) of 400", message).group(1))
-    assert stopped_at < 400
-    # parallel calls write the call twice, so the bound is reached about twice as early
-    one = tool_call_regex(tool_call_spec([("tool_0", PARAMS)], parallel=False, limits=limits), limits)
+    # the bound is on one call's regex, parallel or not: about limit / per-tool size tools fit
+    one = call_regex(tool_call_spec([("tool_0", PARAMS)], parallel=False, limits=limits), limits)
     per_tool = len(one.encode()) - 4  # minus the "(?:" ")" wrapper
-    assert abs(stopped_at * per_tool * (2 if parallel else 1) - limits.max_schema_regex_bytes) < 3 * per_tool
+    assert abs(stopped_at * per_tool - limits.max_schema_regex_bytes) < 3 * per_tool
 
 
 def test_tools_within_the_bound_are_served():
@@ -35,3 +37,34 @@ def test_tools_within_the_bound_are_served():
     pattern = tool_call_regex(tool_call_spec([(f"tool_{i}", PARAMS) for i in range(5)], parallel=True,
                                              limits=limits), limits)
     assert "tool_4" in pattern
+
+
+def _fits(spec: str, budget: int) -> bool:
+    try:
+        compile_tool_call_constraint(spec, Limits(max_automaton_bytes=budget))
+    except LimitExceeded:
+        return False
+    return True
+
+
+def test_parallel_calls_need_the_working_memory_of_one_call():
+    tools = [("search", PARAMS), ("ping", None)]
+    single, parallel = (tool_call_spec(tools, parallel=p) for p in (False, True))
+    lo, hi = 1_000, 10_000_000  # smallest budget the single call fits in, by bisection
+    while lo < hi:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if _fits(single, mid) else (mid + 1, hi)
+    assert not _fits(parallel, lo - 1)
+    assert _fits(parallel, lo + 64)  # the loop: one edge per accepting state, not a second copy of the call
+
+
+@pytest.mark.parametrize("parallel", [False, True])
+def test_realistically_nested_tools_are_served_with_parallel_calls(parallel):
+    spec = tool_call_spec(NESTED, parallel=parallel)
+    dfa = compile_tool_call_constraint(spec, Limits())  # default limits: no refusal
+    call = '<tool_call>\n{"name": "create_order", "arguments": {"customer_id": "c1", "items": [{"quantity": 2, "sku": "A-1"}]}}\n</tool_call>'
+    assert dfa.matches(call.encode())
+    assert dfa.matches(f"{call}\n{call}".encode()) == parallel
+    if parallel:  # the call written twice into one regex would not fit the same limits
+        with pytest.raises(LimitExceeded, match="max_automaton_bytes"):
+            regex_to_dfa(tool_call_regex(spec), Limits())

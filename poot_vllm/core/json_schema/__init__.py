@@ -14,7 +14,7 @@ from poot_vllm.core.json_schema.compiler import schema_to_regex as _schema_to_re
 from poot_vllm.core.limits import DEFAULT_LIMITS, Limits
 
 
-def schema_to_regex(schema: dict | bool | str, limits: Limits = DEFAULT_LIMITS) -> str:
+def schema_to_regex(schema: dict | bool | str, limits: Limits = DEFAULT_LIMITS, *, escaped: str = "") -> str:
     """The regex (poot syntax) whose matches are JSON texts valid for ``schema``.
 
     ``schema`` is a parsed schema or its JSON text (text over
@@ -23,8 +23,13 @@ def schema_to_regex(schema: dict | bool | str, limits: Limits = DEFAULT_LIMITS) 
     enforce exactly raise ``UnsupportedConstruct`` naming the keyword and its
     JSON pointer; a regex longer than ``limits.max_schema_regex_bytes`` raises
     ``LimitExceeded`` while it is being built.
+
+    ``escaped``: printable ASCII characters that are never written raw in
+    strings, keys, ``enum``/``const`` values and ``pattern`` strings, only as
+    ``\\u00XX`` escapes (the decoded values are the same); tool-call
+    forcing passes ``"<"`` so no markup tag can appear in the arguments.
     """
-    return _schema_to_regex(schema, limits)
+    return _schema_to_regex(schema, limits, escaped)
 
 
 def compile_json_schema(schema: "dict | bool | str", limits: Limits = DEFAULT_LIMITS) -> DFA:

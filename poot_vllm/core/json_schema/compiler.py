@@ -17,14 +17,16 @@ from __future__ import annotations
 
 import json
 import math
+from fractions import Fraction
 from typing import Any, Iterable
 
 from poot_vllm.core.errors import ConstraintSyntaxError, LimitExceeded, PootError, UnsupportedConstruct
+from poot_vllm.core.json_schema import decimals
 from poot_vllm.core.json_schema.formats import FORMAT_LENGTHS, FORMATS
 from poot_vllm.core.json_schema.patterns import PatternError, translate_pattern
 from poot_vllm.core.json_schema.ranges import integer_range_regex
 from poot_vllm.core.json_schema.refs import ref_to_pointer, resolve_pointer
-from poot_vllm.core.json_schema.strings import JSON_CHAR
+from poot_vllm.core.json_schema.strings import JSON_CHAR, check_escaped, json_char, spell_escaped
 from poot_vllm.core.limits import Limits
 from poot_vllm.core.regex.escape import escape_text
 
@@ -33,8 +35,10 @@ WS = " ?"
 COLON = ":" + WS
 COMMA = "," + WS
 STRING = f'"{JSON_CHAR}*"'
-NUMBER = "-?(?:0|[1-9][0-9]*)(?:\\.[0-9]+)?(?:[eE][+\\-]?[0-9]+)?"
-INTEGER = "(?:0|-?[1-9][0-9]*)"
+#: Numbers: fixed point, at most 15 significant digits (finite doubles; see decimals.py).
+NUMBER = decimals.NUMBER
+#: Integers: at most INTEGER_DIGITS digits unless a bound asks for more.
+INTEGER = f"(?:0|-?[1-9][0-9]{{0,{decimals.INTEGER_DIGITS - 1}}})"
 #: Free-form values (``{}``, ``true``, untyped containers) nest at most this
 #: many containers deep.  Each level quadruples the regex (depth 2 is ~5 KB,
 #: depth 3 ~20 KB, a large share of the automaton budget per occurrence).
@@ -52,7 +56,7 @@ ANNOTATIONS = frozenset(
 OBJECT_KW = frozenset("properties required additionalProperties minProperties maxProperties".split())
 ARRAY_KW = frozenset("items prefixItems additionalItems minItems maxItems uniqueItems".split())
 STRING_KW = frozenset("minLength maxLength pattern format".split())
-NUMBER_KW = frozenset("minimum maximum exclusiveMinimum exclusiveMaximum".split())
+NUMBER_KW = frozenset("minimum maximum exclusiveMinimum exclusiveMaximum multipleOf".split())
 COMBINATORS = frozenset("$ref allOf anyOf oneOf enum const type".split())
 #: Keywords that constrain values but that poot cannot enforce exactly, and why.
 REFUSED_ANY_TYPE = {
@@ -77,8 +81,6 @@ REFUSED_BY_TYPE = {
         "maxContains": "'contains' is not supported",
         "unevaluatedItems": "unevaluatedItems is not supported; use items",
     },
-    "number": {"multipleOf": "multipleOf is not supported"},
-    "integer": {"multipleOf": "multipleOf is not supported"},
 }
 KNOWN = (
     ANNOTATIONS | OBJECT_KW | ARRAY_KW | STRING_KW | NUMBER_KW | COMBINATORS
@@ -170,9 +172,13 @@ def counted_list(item: str, lo: int, hi: int | None) -> str:
 class SchemaCompiler:
     """One compilation: the root document (for ``$ref``), the limits, caches."""
 
-    def __init__(self, root: Any, limits: Limits) -> None:
+    def __init__(self, root: Any, limits: Limits, escaped: str = "") -> None:
         self.root = root
         self.limits = limits
+        #: characters never written raw in strings (keys, values, enum/const): only as \u escapes
+        self.escaped = check_escaped(escaped)
+        self.json_char = json_char(self.escaped)
+        self.string = f'"{self.json_char}*"'
         self.ref_cache: dict[str, str] = {}
         self._any_cache: dict[int, str] = {}
         schema_uri = root.get("$schema", "") if isinstance(root, dict) else ""
@@ -197,12 +203,12 @@ class SchemaCompiler:
     def any_value(self, depth: int = FREE_FORM_DEPTH) -> str:
         """Any JSON value with at most ``depth`` nested containers."""
         if depth not in self._any_cache:
-            scalars = [STRING, NUMBER, "true", "false", "null"]
+            scalars = [self.string, NUMBER, "true", "false", "null"]
             if depth > 0:
                 inner = self.any_value(depth - 1)
                 scalars = [
                     f"\\[{counted_list(inner, 0, None)}\\]",
-                    f"\\{{{counted_list(STRING + COLON + inner, 0, None)}\\}}",
+                    f"\\{{{counted_list(self.string + COLON + inner, 0, None)}\\}}",
                 ] + scalars
             self._any_cache[depth] = self.check(_alternation(scalars), "")
         return self._any_cache[depth]
@@ -454,7 +460,7 @@ class SchemaCompiler:
     def value_regex(self, value: Any, pointer: str) -> str:
         """Regex for the canonical spelling of a JSON value (sorted keys, optional single spaces)."""
         if isinstance(value, dict):
-            items = [escape_text(json.dumps(k, ensure_ascii=False)) + COLON + self.value_regex(v, pointer) for k, v in sorted(value.items())]
+            items = [self.text_regex(json.dumps(k, ensure_ascii=False)) + COLON + self.value_regex(v, pointer) for k, v in sorted(value.items())]
             return self.check("\\{" + COMMA.join(items) + "\\}", pointer)
         if isinstance(value, list):
             return self.check("\\[" + COMMA.join(self.value_regex(v, pointer) for v in value) + "\\]", pointer)
@@ -465,7 +471,11 @@ class SchemaCompiler:
             text.encode("utf-8")
         except UnicodeEncodeError as exc:
             raise refusal("enum", pointer, "a string value holds a lone surrogate, which UTF-8 cannot spell") from exc
-        return self.check(escape_text(text), pointer)
+        return self.check(self.text_regex(text), pointer)
+
+    def text_regex(self, json_text: str) -> str:
+        """Regex for exactly this JSON text, its ``escaped`` characters spelled as escapes."""
+        return escape_text(spell_escaped(json_text, self.escaped))
 
     def _compile_enum(self, schema: dict, pointer: str, refs: tuple[str, ...], depth: int) -> str:
         values: list[Any]
@@ -493,7 +503,8 @@ class SchemaCompiler:
             # values is exponential for patterns like ``^(a+)+$``.
             from poot_vllm.core.automata.compilers import regex_matches
 
-            texts = [json.dumps(v, ensure_ascii=False, sort_keys=True, separators=(",", ":")) for v in values]
+            texts = [spell_escaped(json.dumps(v, ensure_ascii=False, sort_keys=True, separators=(",", ":")), self.escaped)
+                     for v in values]
             keep = regex_matches(self.compile(rest, pointer, refs, depth + 1),
                                  [t.encode("utf-8", "surrogatepass") for t in texts], self.limits)
             values = [v for v, ok in zip(values, keep) if ok]
@@ -601,7 +612,7 @@ class SchemaCompiler:
         items = []
         for key, sub, where, req in shaped:
             value = self.compile(sub, where, refs, depth + 1)
-            items.append((escape_text(json.dumps(key, ensure_ascii=False)) + COLON + value, req))
+            items.append((self.text_regex(json.dumps(key, ensure_ascii=False)) + COLON + value, req))
         return self.check("\\{" + self._member_list(items, pointer) + "\\}", pointer)
 
     def _member_list(self, items: list[tuple[str, bool]], pointer: str) -> str:
@@ -649,7 +660,7 @@ class SchemaCompiler:
             # Free keys may repeat, and a repeated key counts once.
             raise refusal("minProperties", pointer, "minProperties > 1 needs distinct free keys; list the keys in 'properties'")
         value = self.any_value(FREE_FORM_DEPTH - 1) if extra is True or extra == {} else self.compile(extra, f"{pointer}/additionalProperties", refs, depth + 1)
-        member = STRING + COLON + value
+        member = self.string + COLON + value
         return self.check("\\{" + counted_list(member, lo, hi) + "\\}", pointer)
 
     # arrays
@@ -713,10 +724,12 @@ class SchemaCompiler:
             if fmt not in FORMATS:
                 raise refusal("format", pointer, f"format {fmt!r} is not supported (supported: {', '.join(sorted(FORMATS))})")
             content, (fmin, fmax) = FORMATS[fmt], FORMAT_LENGTHS[fmt]
+            if any(c in content for c in self.escaped):  # no format spells an escapable character today
+                raise refusal("format", pointer, f"format {fmt!r} cannot be used where {self.escaped!r} must be escaped")
             self._lengths_implied(lo, hi, fmin, fmax, "format", pointer)
         elif pattern is not None:
             try:
-                translated = translate_pattern(pattern, lambda n: self.check_size(n, pointer))
+                translated = translate_pattern(pattern, lambda n: self.check_size(n, pointer), self.escaped)
             except PatternError as exc:
                 if exc.unsupported:
                     raise refusal("pattern", pointer, f"{exc} (pattern {pattern!r})") from None
@@ -724,7 +737,7 @@ class SchemaCompiler:
             content = translated.regex
             self._lengths_implied(lo, hi, translated.min_len, translated.max_len, "pattern", pointer)
         else:
-            content = _repeat(JSON_CHAR, lo, hi)
+            content = _repeat(self.json_char, lo, hi)
         return self.check(f'"{content}"', pointer)
 
     @staticmethod
@@ -750,77 +763,152 @@ class SchemaCompiler:
         if isinstance(value, bool):
             if not self.draft4:
                 raise refusal(keyword, pointer, 'the boolean form is draft-04 syntax: add "$schema": "http://json-schema.org/draft-04/schema#" or use a number')
-            return self._bound(schema, base, pointer), value
+            return (self._bound(schema, base, pointer) if value else None), value
         return self._bound(schema, keyword, pointer), True
 
-    def _integer_bounds(self, schema: dict, pointer: str) -> tuple[int | None, int | None]:
+    def _sides(self, schema: dict, pointer: str) -> tuple[list[tuple[Any, bool, str]], list[tuple[Any, bool, str]]]:
+        """The lower and upper bounds as (value, exclusive, keyword the user wrote)."""
+        lows: list[tuple[Any, bool, str]] = []
+        highs: list[tuple[Any, bool, str]] = []
+        for base, excl_kw, side in (("minimum", "exclusiveMinimum", lows), ("maximum", "exclusiveMaximum", highs)):
+            e, excl = self._exclusive(schema, excl_kw, base, pointer)
+            if isinstance(schema.get(excl_kw), bool):  # draft-04: the exclusive flag qualifies the base keyword
+                if e is not None:
+                    side.append((e, excl, base))
+                elif (b := self._bound(schema, base, pointer)) is not None:
+                    side.append((b, False, base))
+                continue
+            b = self._bound(schema, base, pointer)
+            if b is not None:
+                side.append((b, False, base))
+            if e is not None:
+                side.append((e, True, excl_kw))
+        return lows, highs
+
+    @staticmethod
+    def _exact(value: Any) -> Fraction:
+        """A bound's exact value (what Python compares a parsed integer with)."""
+        return Fraction(value)
+
+    @staticmethod
+    def _decimal(value: Any) -> Fraction:
+        """A bound as the user wrote it: a JSON float is read from its shortest repr."""
+        return Fraction(repr(value)) if isinstance(value, float) else Fraction(value)
+
+    @staticmethod
+    def _empty(kind: str, lo_kw: str | None, hi_kw: str | None, pointer: str, why: str = "") -> UnsupportedConstruct:
+        kw = lo_kw or hi_kw or "type"
+        other = f" and '{hi_kw}'" if lo_kw and hi_kw else ""
+        return refusal(kw, pointer, f"no {kind} satisfies '{kw}'{other}{why}")
+
+    def _integer_range(self, schema: dict, pointer: str, float_step: bool = False) -> tuple[int, int, str | None, str | None]:
+        """Exact [lo, hi] of the integers poot emits, and the keywords that set them."""
+        lows, highs = self._sides(schema, pointer)
         lo: int | None = None
         hi: int | None = None
-        m = self._bound(schema, "minimum", pointer)
-        if m is not None:
-            lo = math.ceil(m)
-        x = self._bound(schema, "maximum", pointer)
-        if x is not None:
-            hi = math.floor(x)
-        e, excl = self._exclusive(schema, "exclusiveMinimum", "minimum", pointer)
-        if e is not None and excl:
-            lo = max(lo, math.floor(e) + 1) if lo is not None else math.floor(e) + 1
-        e, excl = self._exclusive(schema, "exclusiveMaximum", "maximum", pointer)
-        if e is not None and excl:
-            hi = min(hi, math.ceil(e) - 1) if hi is not None else math.ceil(e) - 1
-        return lo, hi
+        lo_kw = hi_kw = None
+        for v, excl, kw in lows:
+            x = self._exact(v)
+            n = math.floor(x) + 1 if excl else -((-x.numerator) // x.denominator)
+            if lo is None or n > lo:
+                lo, lo_kw = n, kw
+        for v, excl, kw in highs:
+            x = self._exact(v)
+            n = -((-x.numerator) // x.denominator) - 1 if excl else math.floor(x)
+            if hi is None or n < hi:
+                hi, hi_kw = n, kw
+        if lo is not None and hi is not None and lo > hi:
+            raise self._empty("integer", lo_kw, hi_kw, pointer)
+        # Magnitudes: an open side stops at INTEGER_DIGITS digits (or at the other bound's
+        # length), never past MAX_INTEGER_DIGITS; a float multipleOf is checked by float
+        # division, exact only below 2**53.
+        if float_step:
+            cap = 2**53 - 1
+        else:
+            digits = max([decimals.INTEGER_DIGITS] + [len(str(abs(b))) for b in (lo, hi) if b is not None])
+            cap = 10 ** min(digits, decimals.MAX_INTEGER_DIGITS) - 1
+        a = max(lo, -cap) if lo is not None else -cap
+        b = min(hi, cap) if hi is not None else cap
+        if a > b:
+            limit = "2**53 (a float multipleOf is checked by float division)" if float_step else f"{decimals.MAX_INTEGER_DIGITS} digits"
+            raise refusal(lo_kw if lo is not None and lo > 0 else (hi_kw or lo_kw or "type"), pointer,
+                          f"poot emits integers of at most {limit}; this bound lies beyond that")
+        return a, b, lo_kw, hi_kw
+
+    def _multiple_of(self, schema: dict, pointer: str) -> Fraction | None:
+        value = schema.get("multipleOf")
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+            raise bad_value("multipleOf", pointer, "a number greater than 0", value)
+        if isinstance(value, float) and Fraction(repr(value)) != Fraction(value):
+            raise refusal("multipleOf", pointer,
+                          f"{value!r} is not exact in binary floating point, so validators disagree on its multiples "
+                          f"(they compute 0.07 / 0.01 = 7.000000000000001); use an integer scaled by a power of ten, "
+                          "or a step that is exact in binary (0.5, 0.25, 0.125, 2.5, ...)")
+        return Fraction(value)
+
+    def _multiples(self, lo: int, hi: int, c: int, scale: int, lo_kw: str | None, hi_kw: str | None, kind: str, pointer: str) -> str:
+        try:
+            regex = decimals.multiples_regex(lo, hi, c, scale)
+        except ValueError:
+            raise self._empty(kind, lo_kw, hi_kw, pointer, " and 'multipleOf'") from None
+        if regex is None:
+            raise refusal("multipleOf", pointer,
+                          f"multiples of {c}{f' * 10**-{scale}' if scale else ''} are built only when the step's digits "
+                          f"divide 10**{decimals.MAX_SUFFIX_DIGITS} (2, 4, 5, 8, 10, 20, 25, 50, ..., 1000) or when "
+                          f"'minimum'/'maximum' leave at most {decimals.MAX_ENUMERATED} multiples")
+        return self.check(regex, pointer)
 
     def _compile_integer(self, schema: dict, pointer: str) -> str:
-        lo, hi = self._integer_bounds(schema, pointer)
-        if lo is None and hi is None:
+        step = self._multiple_of(schema, pointer)
+        if step is None and not any(k in schema for k in NUMBER_KW):
             return INTEGER
-        if lo is not None and hi is not None and lo > hi:
-            raise refusal("minimum", pointer, f"no integer lies in [{lo}, {hi}]")
-        return self.check(integer_range_regex(lo, hi), pointer)
+        lo, hi, lo_kw, hi_kw = self._integer_range(schema, pointer, float_step=isinstance(schema.get("multipleOf"), float))
+        if step is None or step.numerator == 1:
+            # Integer multiples of p/q (in lowest terms) are the multiples of p.
+            return self.check(integer_range_regex(lo, hi), pointer)
+        return self._multiples(lo, hi, step.numerator, 0, lo_kw, hi_kw, "integer", pointer)
 
     def _compile_number(self, schema: dict, pointer: str) -> str:
-        if not any(k in schema for k in NUMBER_KW):
+        step = self._multiple_of(schema, pointer)
+        if step is None and not any(k in schema for k in NUMBER_KW):
             return NUMBER
-        # Bounds are supported when they are whole numbers within 2**53 (so
-        # every decimal rounds monotonically onto the right side of them).
-        # Exclusive bounds become inclusive ones a unit inside (narrowing).
-        for kw in NUMBER_KW:
-            v = schema.get(kw)
-            if isinstance(v, (int, float)) and not isinstance(v, bool):
-                if not math.isfinite(v) or v != math.floor(v) or abs(v) > 2**53:
-                    raise refusal(kw, pointer, "number bounds must be whole numbers within 2**53; use 'integer' or scale the value")
-        lo, hi = self._integer_bounds(schema, pointer)
-        if lo is not None and hi is not None and lo > hi:
-            raise refusal("minimum", pointer, f"no number lies in [{lo}, {hi}] (exclusive bounds are narrowed to whole steps)")
-        frac = "(?:\\.[0-9]+)?"
-        zeros = "(?:\\.0+)?"
-        alts: list[str] = []
-        # Non-negative values x = n.f: n in [a, hi-1] with any fraction, n = hi with a zero fraction.
-        if hi is None or hi >= 0:
-            a = max(lo, 0) if lo is not None else 0
-            if hi is None:
-                alts.append(integer_range_regex(a, None) + frac)
-            else:
-                if a <= hi - 1:
-                    alts.append(integer_range_regex(a, hi - 1) + frac)
-                alts.append(integer_range_regex(hi, hi) + zeros)
-        # Negative values -(n.f), magnitude in [c, d], never -0.
-        if lo is None or lo < 0:
-            c = max(-hi, 0) if hi is not None else 0
-            d = -lo if lo is not None else None
-            neg: list[str] = []
-            if c == 0:
-                neg.append("0\\.[0-9]*[1-9][0-9]*")
-                c = 1
-            if d is None:
-                neg.append(integer_range_regex(c, None) + frac)
-            elif c <= d:
-                if c <= d - 1:
-                    neg.append(integer_range_regex(c, d - 1) + frac)
-                neg.append(integer_range_regex(d, d) + zeros)
-            if neg:
-                alts.append("-" + _alternation(neg))
-        return self.check(_alternation(alts), pointer)
+        # Values lie on the 15-significant-digit grid (decimals.py); bounds are read
+        # exactly as written and snapped inwards onto the grid.
+        lows, highs = self._sides(schema, pointer)
+        lo, hi = -decimals.GRID_MAX, decimals.GRID_MAX
+        lo_kw = hi_kw = None
+        for v, excl, kw in lows:
+            g = (decimals.grid_above if excl else decimals.grid_ceil)(self._decimal(v))
+            if g is None:
+                raise refusal(kw, pointer, f"poot emits numbers with at most {decimals.SIG_DIGITS} significant digits "
+                                           f"and no exponent (|x| < 1e{decimals.SIG_DIGITS}); use 'integer' for larger values")
+            if lo_kw is None or g > lo:
+                lo, lo_kw = g, kw
+        for v, excl, kw in highs:
+            g = (decimals.grid_below if excl else decimals.grid_floor)(self._decimal(v))
+            if g is None:
+                raise refusal(kw, pointer, f"poot emits numbers with at most {decimals.SIG_DIGITS} significant digits "
+                                           f"and no exponent (|x| < 1e{decimals.SIG_DIGITS}); use 'integer' for larger values")
+            if hi_kw is None or g < hi:
+                hi, hi_kw = g, kw
+        if lo > hi:
+            raise self._empty("number", lo_kw, hi_kw, pointer, f" (among numbers of at most {decimals.SIG_DIGITS} significant digits)")
+        if step is None:
+            return self.check(decimals.number_range_regex(lo, hi), pointer)
+        # Multiples of p/2**t are the grid values n * 10**-t with n a multiple of p * 5**t.
+        t = step.denominator.bit_length() - 1
+        if t > decimals.SIG_DIGITS:
+            raise refusal("multipleOf", pointer, f"a step finer than 1e-{decimals.SIG_DIGITS} is not supported")
+        scale = 10**t
+        n_lo = -((-(lo * scale).numerator) // (lo * scale).denominator)
+        n_hi = math.floor(hi * scale)
+        cap = 10**decimals.SIG_DIGITS - 1  # n has at most 15 digits: on the grid
+        n_lo, n_hi = max(n_lo, -cap), min(n_hi, cap)
+        if n_lo > n_hi:
+            raise self._empty("number", lo_kw, hi_kw, pointer, " and 'multipleOf'")
+        return self._multiples(n_lo, n_hi, step.numerator * 5**t, t, lo_kw, hi_kw, "number", pointer)
 
 
 def _parse_canonical(schema: dict | bool | str, limits: Limits) -> tuple[Any, str]:
@@ -868,10 +956,10 @@ def canonical_schema_text(schema: dict | bool | str, limits: Limits) -> str:
     return _parse_canonical(schema, limits)[1]
 
 
-def schema_to_regex(schema: dict | bool | str, limits: Limits) -> str:
+def schema_to_regex(schema: dict | bool | str, limits: Limits, escaped: str = "") -> str:
     """See :func:`poot_vllm.core.json_schema.schema_to_regex`."""
     root = parse_schema(schema, limits)
     try:
-        return SchemaCompiler(root, limits).compile(root)
+        return SchemaCompiler(root, limits, escaped).compile(root)
     except RecursionError:
         raise refusal("<nesting>", "", "the schema is nested too deeply") from None

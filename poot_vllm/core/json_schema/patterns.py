@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from poot_vllm.core.errors import ConstraintSyntaxError, UnsupportedConstruct
-from poot_vllm.core.json_schema.strings import JSON_CHAR, NOT_RAW, json_char_regex
+from poot_vllm.core.json_schema.strings import NOT_RAW, escaped_set, json_char, json_char_regex
 from poot_vllm.core.regex import ast
 from poot_vllm.core.regex import charsets as cs
 from poot_vllm.core.regex.parser import parse_search
@@ -114,28 +114,28 @@ def _concat(a: Variants, b: Variants) -> Variants:
     return out
 
 
-def _translate(node: ast.Node, size_check) -> Variants:
+def _translate(node: ast.Node, size_check, escaped: str = "") -> Variants:
     if isinstance(node, ast.Chars):
-        rx = json_char_regex(node.ranges)
+        rx = json_char_regex(node.ranges, escaped)
         # One regex atom only when every character is written raw: an escape
         # such as \\" is two atoms, and "\\"*" would repeat just the quote.
-        atomic = not cs.intersect(node.ranges, NOT_RAW)
+        atomic = not cs.intersect(node.ranges, cs.union(NOT_RAW, escaped_set(escaped)))
         return {} if rx is None else {(False, False): _Piece(rx, 1, 1, atomic)}
     if isinstance(node, ast.Anchor):
         return {(node.kind == "^", node.kind == "$"): _Piece("", 0, 0)}
     if isinstance(node, ast.Concat):
         acc: Variants = {(False, False): _Piece("", 0, 0)}
         for item in node.items:
-            acc = _concat(acc, _translate(item, size_check))
+            acc = _concat(acc, _translate(item, size_check, escaped))
             for p in acc.values():
                 size_check(len(p.regex))
         return acc
     if isinstance(node, ast.Alt):
         acc = {}
         for branch in node.items:
-            acc = _union(acc, _translate(branch, size_check))
+            acc = _union(acc, _translate(branch, size_check, escaped))
         return acc
-    sub = _translate(node.item, size_check)
+    sub = _translate(node.item, size_check, escaped)
     lo, hi = node.min, node.max
     if any(key != (False, False) for key in sub):
         raise PatternError("anchors (^, $) inside a repeated group are not supported")
@@ -161,14 +161,17 @@ class TranslatedPattern:
     max_len: int | None
 
 
-def translate_pattern(pattern: str, size_check=lambda n: None) -> TranslatedPattern:
+def translate_pattern(pattern: str, size_check=lambda n: None, escaped: str = "") -> TranslatedPattern:
     """Regex for JSON string contents whose decoded value ``re.search``-matches ``pattern``.
+
+    Characters in ``escaped`` are spelled only as ``\\u`` escapes
+    (:func:`~poot_vllm.core.json_schema.strings.json_char`).
 
     Raises :class:`PatternError` outside the supported subset; an empty
     result (the pattern can match nothing poot can spell) is a PatternError too.
     """
-    variants = _translate(_parse(pattern), size_check)
-    any_run = f"{JSON_CHAR}*"
+    variants = _translate(_parse(pattern), size_check, escaped)
+    any_run = f"{json_char(escaped)}*"
     alts: list[str] = []
     min_len, max_len = None, 0
     for (start, end), piece in variants.items():

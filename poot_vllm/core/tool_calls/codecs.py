@@ -42,6 +42,11 @@ class HermesCodec(Codec):
     start_marker = "<tool_call>"
     end_marker = "</tool_call>"
     separator = "\n"
+    #: Characters never written raw inside the arguments' strings (only as
+    #: ``\\u00XX``): both markers start with ``<``, so neither the text of a
+    #: marker nor a token holding one can appear inside the arguments, where
+    #: vLLM's hermes parser would cut the call (it finds the markers by text).
+    escaped_in_arguments = "<"
 
     def envelope_head(self, name: str) -> str:
         """The call's text up to its arguments (after ``start_marker`` and a newline)."""

@@ -3,13 +3,19 @@
 ``tool_choice: "required"`` or a named tool is a regular language over the
 codec's envelope: ``<tool_call>\\n{"name": "<name>", "arguments": <args>}\\n</tool_call>``,
 where ``<args>`` is the tool's ``parameters`` schema compiled by poot's JSON
-Schema compiler (an empty or missing schema gives exactly ``{}``), the name
-one of the allowed tools, and the whole repeated with the codec's separator
-when parallel calls are allowed.  The request carries a small JSON payload
-(:func:`tool_call_spec`); the engine rebuilds the regex from it
-(:func:`compile_tool_call_constraint`).  poot generates this regex, so the
-user regex size limit does not apply; ``max_schema_regex_bytes`` bounds it
-and ``max_automaton_bytes`` bounds the DFA build.
+Schema compiler (an empty or missing schema gives exactly ``{}``) and the
+name one of the allowed tools.  In the arguments, ``<`` is only ever written
+as ``\\u003c`` (the decoded values are the same), so no marker can appear
+inside them and vLLM's hermes parser (which finds the markers by text)
+always reads the whole call.  When parallel calls are allowed the call is
+repeated with the codec's separator: the DFA of one call is built once and
+looped (:func:`repeat_with_separator`), never written twice into the regex.
+
+The request carries a small JSON payload (:func:`tool_call_spec`); the
+engine rebuilds the automaton from it (:func:`compile_tool_call_constraint`).
+poot generates the regex, so the user regex size limit does not apply;
+``max_schema_regex_bytes`` bounds the regex of one call and
+``max_automaton_bytes`` the whole build (one call, plus the loop).
 """
 
 from __future__ import annotations
@@ -17,9 +23,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from poot_vllm.core.automata.compilers import regex_escape, regex_to_dfa
+import numpy as np
+
+from poot_vllm.core.automata.build import RANGE_BYTES, STATE_BYTES, SUBSET_ITEM_BYTES, Budget, finalize, regex_tree_to_dfa
+from poot_vllm.core.automata.compilers import regex_escape
+from poot_vllm.core.automata.dfa import DFA
 from poot_vllm.core.errors import ConstraintSyntaxError, LimitExceeded, PootError
 from poot_vllm.core.limits import DEFAULT_LIMITS, Limits
+from poot_vllm.core.regex.parser import parse
 from poot_vllm.core.tool_calls.codecs import HermesCodec, get_codec
 from poot_vllm.core.json_schema import canonical_schema_text, schema_to_regex
 
@@ -71,46 +82,157 @@ def _parse_spec(spec: str) -> dict:
     return payload
 
 
-def arguments_regex(parameters: Any, limits: Limits) -> str:
-
+def arguments_regex(parameters: Any, limits: Limits, escaped: str = "") -> str:
+    """The regex of a tool's arguments (``escaped``: characters spelled only as ``\\u`` escapes in strings)."""
     if parameters is None:
         return regex_escape("{}")
-    return schema_to_regex(parameters, limits)
+    return schema_to_regex(parameters, limits, escaped=escaped)
 
 
-def tool_call_regex(spec: str, limits: Limits = DEFAULT_LIMITS) -> str:
-    """The poot regex of every reply the payload allows (see the module docstring)."""
-    payload = _parse_spec(spec)
+def _forcing_codec(payload: dict) -> HermesCodec:
     codec = get_codec(payload.get("codec", "hermes"))
     if not isinstance(codec, HermesCodec):
         raise PootError(f"tool calls in the {codec.name} format cannot be forced by poot")
-    # The call regex appears twice when parallel calls are allowed; the bound
-    # is checked as each tool's part is built, so a flood of tools stops at
-    # the first one that passes it instead of after compiling them all.
-    copies = 2 if payload.get("parallel") else 1
+    return codec
+
+
+def call_regex(spec: str, limits: Limits = DEFAULT_LIMITS) -> str:
+    """The poot regex of exactly one call to one of the payload's tools."""
+    payload = _parse_spec(spec)
+    codec = _forcing_codec(payload)
+    # The bound is checked as each tool's part is built, so a flood of tools
+    # stops at the first one that passes it instead of after compiling them all.
     alternatives = []
     total = 0
     for i, tool in enumerate(payload["tools"]):
+        name = tool["name"]
+        for marker in (codec.start_marker, codec.end_marker):
+            if marker in name:
+                raise PootError(f"tool {name!r}: a tool name cannot contain {marker!r}, "
+                                "which would end the call for the model's tool parser")
         try:
-            args = arguments_regex(tool.get("parameters"), limits)
+            args = arguments_regex(tool.get("parameters"), limits, codec.escaped_in_arguments)
         except PootError as exc:
-            exc.message = f"tool {tool['name']!r}: {exc.message}"  # which tool's schema, for the 400
+            exc.message = f"tool {name!r}: {exc.message}"  # which tool's schema, for the 400
             raise
         alternatives.append(
-            regex_escape(f"{codec.start_marker}\n{codec.envelope_head(tool['name'])}")
+            regex_escape(f"{codec.start_marker}\n{codec.envelope_head(name)}")
             + args
             + regex_escape(f"}}\n{codec.end_marker}")
         )
         total += len(alternatives[-1].encode("utf-8", "surrogatepass")) + 1
-        if copies * total > limits.max_schema_regex_bytes:
+        if total > limits.max_schema_regex_bytes:
             raise LimitExceeded("the tool-call constraint built from the tools' schemas", "max_schema_regex_bytes",
                                 limits.max_schema_regex_bytes, "bytes",
                                 f"it passed the limit at tool {i + 1} of {len(payload['tools'])} "
-                                f"({tool['name']!r}); offer fewer or smaller tools")
-    call = "(?:" + "|".join(alternatives) + ")"
-    return call + ("(?:" + regex_escape(codec.separator) + call + ")*" if payload.get("parallel") else "")
+                                f"({name!r}); offer fewer or smaller tools")
+    return "(?:" + "|".join(alternatives) + ")"
 
 
-def compile_tool_call_constraint(spec: str, limits: Limits = DEFAULT_LIMITS):
-    """The DFA of ``Constraint(Kind.TOOL_CALL, spec)`` (called by ``constraints.compile_automaton``)."""
-    return regex_to_dfa(tool_call_regex(spec, limits), limits)
+def tool_call_regex(spec: str, limits: Limits = DEFAULT_LIMITS) -> str:
+    """The poot regex of every reply the payload allows (see the module docstring).
+
+    With parallel calls this writes the call twice (``X(?:sep X)*``): it is
+    the reference the tests compare the automaton with; the automaton itself
+    is built from one copy (:func:`compile_tool_call_constraint`).
+    """
+    payload = _parse_spec(spec)
+    call = call_regex(spec, limits)
+    if not payload.get("parallel"):
+        return call
+    return call + "(?:" + regex_escape(_forcing_codec(payload).separator) + call + ")*"
+
+
+def compile_tool_call_constraint(spec: str, limits: Limits = DEFAULT_LIMITS) -> DFA:
+    """The DFA of ``Constraint(Kind.TOOL_CALL, spec)`` (called by ``constraints.compile_automaton``).
+
+    One budget covers the whole build: the call's automaton, built once, and
+    for parallel calls the loop back to its start after the separator.
+    """
+    payload = _parse_spec(spec)
+    budget = Budget(limits.max_automaton_bytes)
+    dfa = regex_tree_to_dfa(parse(call_regex(spec, limits)), budget)
+    if payload.get("parallel"):
+        dfa = repeat_with_separator(dfa, _forcing_codec(payload).separator.encode("utf-8"), budget)
+    return dfa
+
+
+def repeat_with_separator(dfa: DFA, separator: bytes, budget: Budget) -> DFA:
+    """The minimal DFA of ``L (separator L)*`` from the DFA of ``L``, without a second copy of ``L``.
+
+    Each accepting state gets an edge on the separator (through a chain of
+    ``len(separator) - 1`` new states) back to the start.  When no accepting
+    state already reads the separator's first byte (the usual case: a tool
+    call ends with its end marker) those edges keep the automaton
+    deterministic and it is built directly; otherwise the looped automaton
+    is determinized by a subset construction.  Either way the new states and
+    edges are charged to ``budget`` (the build of ``L`` already was).
+    """
+    if not separator:
+        raise ValueError("the separator must not be empty")
+    table = np.asarray(dfa.transitions)
+    accepting = np.asarray(dfa.accepting)
+    n, k, first = dfa.n_states, len(separator), separator[0]
+    stage = "looping the tool call for parallel calls"
+    back = n if k > 1 else dfa.start  # where an accepting state goes on the separator's first byte
+    if not (table[accepting, first] >= 0).any():
+        budget.charge((STATE_BYTES + RANGE_BYTES) * (k - 1) + RANGE_BYTES * int(accepting.sum()), stage)
+        chain = np.full((k - 1, 256), -1, dtype=np.int32)
+        for i in range(k - 1):
+            chain[i, separator[i + 1]] = n + i + 1 if i + 1 < k - 1 else dfa.start
+        looped = np.vstack([table, chain]).astype(np.int32)
+        looped[np.nonzero(accepting)[0], first] = back
+        final = np.concatenate([accepting, np.zeros(k - 1, dtype=bool)])
+        return finalize(looped, final, dfa.start, np.arange(256, dtype=np.int32))
+    return _determinize_loop(table, accepting, dfa.start, separator, budget, stage)
+
+
+def _determinize_loop(table: np.ndarray, accepting: np.ndarray, start: int, separator: bytes,
+                      budget: Budget, stage: str) -> DFA:
+    """Subset construction for :func:`repeat_with_separator` when the loop's edges clash with the DFA's.
+
+    NFA states: the DFA's states ``0..n-1`` and the separator chain
+    ``n..n+k-2``; the extra edges are the accepting states' separator edges.
+    """
+    n, k = table.shape[0], len(separator)
+
+    def extra(q: int) -> tuple[int, int] | None:
+        if q < n:
+            return (separator[0], n if k > 1 else start) if accepting[q] else None
+        i = q - n + 1  # separator bytes read so far
+        return separator[i], (n + i if i + 1 < k else start)
+
+    rows_in: list[list[int]] = table.tolist()
+    ids: dict[frozenset[int], int] = {frozenset([start]): 0}
+    subsets: list[frozenset[int]] = [frozenset([start])]
+    budget.charge(STATE_BYTES + SUBSET_ITEM_BYTES, stage)
+    rows: list[list[int]] = []
+    final: list[bool] = []
+    sid = 0
+    while sid < len(subsets):
+        members = subsets[sid]
+        final.append(any(q < n and accepting[q] for q in members))
+        targets: list[set[int]] = [set() for _ in range(256)]
+        for q in members:
+            if q < n:
+                for b, t in enumerate(rows_in[q]):
+                    if t >= 0:
+                        targets[b].add(t)
+            edge = extra(q)
+            if edge is not None:
+                targets[edge[0]].add(edge[1])
+        row = [-1] * 256
+        for b, ts in enumerate(targets):
+            if ts:
+                key = frozenset(ts)
+                t = ids.get(key)
+                if t is None:
+                    t = ids[key] = len(subsets)
+                    subsets.append(key)
+                    budget.charge(STATE_BYTES + SUBSET_ITEM_BYTES * len(key), stage)
+                row[b] = t
+        budget.charge(RANGE_BYTES * sum(1 for b in range(256) if row[b] >= 0 and (b == 0 or row[b - 1] != row[b])), stage)
+        rows.append(row)
+        sid += 1
+    return finalize(np.asarray(rows, dtype=np.int32), np.asarray(final, dtype=bool), 0,
+                    np.arange(256, dtype=np.int32))
