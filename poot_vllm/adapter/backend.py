@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import weakref
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -163,7 +164,16 @@ class PootBackend(StructuredOutputBackend):
 
         max_model_len = getattr(getattr(self.vllm_config, "model_config", None), "max_model_len", None)
         budget = engine_token_budget(budget, max_model_len, getattr(request, "num_prompt_tokens", None))
-        return self.compile_grammar(request_type, grammar_spec, stop_token_ids=stop_ids, max_new_tokens=budget)
+        grammar = self.compile_grammar(request_type, grammar_spec, stop_token_ids=stop_ids, max_new_tokens=budget)
+        if budget is not None and budget_masks_enabled() and isinstance(grammar, PootGrammar):
+            # With a reasoning parser the constraint starts after the reasoning,
+            # whose tokens count against max_tokens too: measured at the first accept.
+            try:
+                grammar.request_ref = weakref.ref(request)
+                grammar.reply_budget = budget
+            except TypeError:  # a stand-in without weak references: no reasoning to charge
+                pass
+        return grammar
 
     def compile_grammar_for_request(self, request: "Request") -> StructuredOutputGrammar:
         """What a vLLM with patches/0001 calls (no runtime hook needed for the budget)."""
@@ -212,6 +222,36 @@ class PootGrammar(StructuredOutputGrammar):
 
     matcher: Any = field(repr=False)
     failed: bool = False
+    #: The request's token budget and a weak reference to the request, set by
+    #: ``compile_for_request``; dropped once the matcher keeps a token.
+    reply_budget: int | None = None
+    request_ref: Any = field(default=None, repr=False)
+
+    def _start_after_reasoning(self, tokens: list[int]) -> None:
+        """Charge the reply's budget for the output tokens before the constraint.
+
+        With a reasoning parser, vLLM starts the constraint after the
+        reasoning (and its end marker), which used part of ``max_tokens``.
+        vLLM appends a step's tokens to the request before ``accept_tokens``,
+        so before the first committed accept the tokens ahead of ``tokens``
+        are ``num_output_tokens - len(tokens)``.  A draft accept (speculative
+        decoding) is rolled back to zero accepted tokens, so the committed
+        accept that follows measures again; once a token is kept, the
+        request is no longer needed.
+        """
+        if self.matcher.num_accepted > 0:
+            self.request_ref = None
+            return
+        request = self.request_ref()
+        if request is None or self.reply_budget is None:
+            self.request_ref = None
+            return
+        produced = getattr(request, "num_output_tokens", None)
+        if produced is None:  # a vLLM whose Request does not say: no reasoning to charge
+            self.request_ref = None
+            return
+        before = int(produced) - len(tokens)
+        self.matcher.set_token_budget(max(self.reply_budget - max(before, 0), 0))
 
     def _fail(self, op: str, request_id: str | None = None) -> None:
         self.failed = True
@@ -222,6 +262,8 @@ class PootGrammar(StructuredOutputGrammar):
         if self.failed:
             return False
         try:
+            if self.request_ref is not None:
+                self._start_after_reasoning(tokens)
             ok = self.matcher.accept_tokens(tokens)
         except Exception:
             self._fail("accept_tokens", request_id)

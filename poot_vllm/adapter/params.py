@@ -23,7 +23,48 @@ from poot_vllm.core.limits import DEFAULT_LIMITS, Limits
 TOOL_CALL_TAG = "poot-tool-call:"
 
 
+def whitespace_of(params: Any) -> str | None:
+    """The separator regex a request asks for: ``whitespace_pattern``, or ``""`` for ``disable_any_whitespace``."""
+    pattern = getattr(params, "whitespace_pattern", None)
+    if pattern is not None:
+        return pattern
+    return "" if getattr(params, "disable_any_whitespace", False) else None
+
+
+def _whitespace_field(params: Any) -> str:
+    if getattr(params, "whitespace_pattern", None) is None:
+        return "structured_outputs.disable_any_whitespace"
+    return getattr(params, "_poot_whitespace_field", None) or "structured_outputs.whitespace_pattern"
+
+
 def constraint_from_params(params: Any, limits: Limits = DEFAULT_LIMITS) -> Constraint:
+    """The constraint the engine compiles for ``params`` (the API server checks the same one).
+
+    ``whitespace_pattern`` / ``disable_any_whitespace`` replace the separator
+    regex of a JSON schema (json_schema/whitespace.py); with any other
+    constraint they are refused, never ignored.
+    """
+    whitespace = whitespace_of(params)
+    if whitespace is not None:
+        field = _whitespace_field(params)
+        if params.json is None:
+            raise PootError("applies to JSON schemas only (guided_json, response_format json_schema or "
+                            "structured_outputs.json); remove it").with_field(field)
+        from poot_vllm.core.json_schema import parse_schema
+        from poot_vllm.core.json_schema.whitespace import with_whitespace
+
+        try:
+            schema = parse_schema(params.json, limits)
+        except PootError as exc:
+            raise exc.with_field(_field_of(params)) from None
+        try:
+            schema = with_whitespace(schema, whitespace)
+        except PootError as exc:
+            raise exc.with_field(field) from None
+        try:
+            return schema_constraint(schema, limits)
+        except PootError as exc:
+            raise exc.with_field(_field_of(params)) from None
     try:
         if params.json is not None:
             return schema_constraint(params.json, limits)

@@ -6,10 +6,16 @@ Order of precedence, first present wins: ``guided_choice``, ``guided_regex``,
 ``structured_outputs``.  Tool-call forcing (tool_calls.py) wins over all of
 them.  Every refusal is a :class:`PootError` whose ``field`` names the request
 field, which the hook reports as the 400's ``param``.
+
+``guided_whitespace_pattern`` and ``structured_outputs.whitespace_pattern`` /
+``disable_any_whitespace`` replace a JSON schema's separator regex inside the
+constraint itself (:func:`apply_whitespace`), so the API server checks what
+the engine compiles; with any other constraint they are a 400, never ignored.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -26,10 +32,32 @@ from poot_vllm.core.limits import DEFAULT_LIMITS, Limits
 
 GUIDED_FIELDS = ("guided_choice", "guided_regex", "guided_grammar", "guided_json")
 #: Old guided-decoding options poot does not implement: refused, never ignored.
-UNSUPPORTED_FIELDS = {
-    "guided_whitespace_pattern": "poot bounds whitespace itself (at most one space between JSON tokens); remove the field",
-}
+UNSUPPORTED_FIELDS: dict[str, str] = {}
 BACKEND_FIELD = "guided_decoding_backend"
+#: The old name of ``structured_outputs.whitespace_pattern`` (json_schema/whitespace.py).
+WHITESPACE_FIELD = "guided_whitespace_pattern"
+
+
+def apply_whitespace(constraint: Constraint | None, pattern: str | None, field: str, limits: Limits) -> Constraint | None:
+    """``constraint`` with its JSON separators replaced by ``pattern`` (None: unchanged).
+
+    Only a JSON schema has separators to replace; with any other constraint
+    (or none) the pattern is refused naming ``field``, never ignored.
+    """
+    if pattern is None:
+        return constraint
+    if constraint is None or constraint.kind is not Kind.JSON:
+        raise PootError("applies to JSON schemas only (guided_json, response_format json_schema or "
+                        "structured_outputs.json); remove it").with_field(field)
+    import json
+
+    from poot_vllm.core.json_schema.whitespace import with_whitespace
+
+    try:
+        schema = with_whitespace(json.loads(constraint.spec), pattern)
+    except PootError as exc:
+        raise exc.with_field(field) from None
+    return schema_constraint(schema, limits)
 
 
 def _from_guided(field: str, value: Any, limits: Limits) -> Constraint:
@@ -99,16 +127,25 @@ def select_constraint(
     for field, why in UNSUPPORTED_FIELDS.items():
         if fields.get(field) is not None:
             raise PootError(f"is not supported: {why}").with_field(field)
+    selected: tuple[Constraint, str] | None = None
     for field in GUIDED_FIELDS:
         value = fields.get(field)
         if value is None:
             continue
         try:
-            return _from_guided(field, value, limits), field
+            selected = _from_guided(field, value, limits), field
         except PootError as exc:
             raise exc.with_field(field)
-    constraint = constraint_from_response_format(response_format, limits)
-    return None if constraint is None else (constraint, "response_format")
+        break
+    if selected is None:
+        constraint = constraint_from_response_format(response_format, limits)
+        selected = None if constraint is None else (constraint, "response_format")
+    pattern = fields.get(WHITESPACE_FIELD)
+    if pattern is not None:
+        constraint = apply_whitespace(None if selected is None else selected[0], pattern, WHITESPACE_FIELD, limits)
+        assert constraint is not None and selected is not None
+        selected = constraint, selected[1]
+    return selected
 
 
 # -- vLLM request objects -> the StructuredOutputsParams the engine receives ------------------
@@ -150,8 +187,12 @@ def structured_outputs_for(request: Any, original) -> Any:
     from poot_vllm.core.errors import PootError
     from poot_vllm.core.limits import server_limits
 
+    from poot_vllm.adapter.params import whitespace_of
+
     limits = server_limits()
     field = "structured_outputs"
+    extra = request.model_extra or {}
+    base = getattr(request, "structured_outputs", None)
     try:
         selected = tool_constraint_for(request, limits)
         if selected is not None or any((request.model_extra or {}).get(f) is not None for f in GUIDED_FIELDS) \
@@ -166,6 +207,21 @@ def structured_outputs_for(request: Any, original) -> Any:
             _check_native(native, limits)  # vLLM's own structured_outputs (e.g. a structural tag): 400 before a stream starts
             return native
         constraint, field = selected
+        # The separators a request asks for (select_constraint already applied guided_whitespace_pattern,
+        # except to a forced tool call): applied to the constraint itself, or a 400 naming the field.
+        ws_field, pattern = None, None
+        if extra.get(WHITESPACE_FIELD) is not None and field not in GUIDED_FIELDS + ("response_format",):
+            ws_field, pattern = WHITESPACE_FIELD, extra[WHITESPACE_FIELD]
+        elif extra.get(WHITESPACE_FIELD) is None and base is not None and whitespace_of(base) is not None:
+            ws_field = ("structured_outputs.whitespace_pattern" if getattr(base, "whitespace_pattern", None) is not None
+                        else "structured_outputs.disable_any_whitespace")
+            pattern = whitespace_of(base)
+        if ws_field is not None:
+            try:
+                constraint = apply_whitespace(constraint, pattern, ws_field, limits)  # type: ignore[assignment]
+            except PootError as exc:
+                field = exc.field or ws_field
+                raise
         check(constraint, limits)
     except PootError as exc:
         raise to_validation_error(exc.with_field(field), field) from None
@@ -180,7 +236,8 @@ def _params_with(request: Any, kwargs: dict[str, Any], field: str) -> Any:
     if base is None:
         params = StructuredOutputsParams(**kwargs)
     else:
-        cleared = {name: None for name in _CONSTRAINT_FIELDS}
+        # The constraint carries the separators (apply_whitespace): the engine must not apply them again.
+        cleared = {**{name: None for name in _CONSTRAINT_FIELDS}, "whitespace_pattern": None, "disable_any_whitespace": False}
         params = dataclasses.replace(base, **{**cleared, **kwargs})
     # Lets SamplingParams validation (which knows the vocabulary size and
     # checks the mask-work estimate) name the request field in its 400.
@@ -204,7 +261,11 @@ def structured_outputs_unknown_backend(request: Any, original) -> Any:
     fields = request.model_extra or {}
     for field in GUIDED_FIELDS:
         if fields.get(field) is not None:
-            return _params_with(request, {_GUIDED_TO_PARAM[field]: fields[field]}, field)
+            params = _params_with(request, {_GUIDED_TO_PARAM[field]: fields[field]}, field)
+            if fields.get(WHITESPACE_FIELD) is not None:
+                params.whitespace_pattern = fields[WHITESPACE_FIELD]
+                params._poot_whitespace_field = WHITESPACE_FIELD  # a refusal names the field the client sent
+            return params
     return original(request)
 
 
@@ -220,7 +281,7 @@ def refuse_dropped_fields(request: Any) -> None:
     from poot_vllm.core.errors import PootError
 
     extra = getattr(request, "model_extra", None) or {}
-    present = [f for f in GUIDED_FIELDS if extra.get(f) is not None]
+    present = [f for f in GUIDED_FIELDS + (WHITESPACE_FIELD,) if extra.get(f) is not None]
     if not present:
         return
     try:

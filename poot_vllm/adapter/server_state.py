@@ -84,3 +84,17 @@ def check_working(names: "tuple[str, ...] | None" = None) -> None:
     raise PootError(
         f"the poot backend cannot serve constrained requests on this vLLM {vllm_version()}: its runtime patches "
         f"failed: {listed}. The server operator should install a supported vLLM (see poot-vllm's README)")
+
+
+# -- the server's reasoning set-up (recorded from the engine's VllmConfig in init_app_state) ----
+_reasoning_end_tokens: int | None = None
+
+
+def record_reasoning_end_tokens(count: int | None) -> None:
+    """How many tokens vLLM forces to end reasoning (``--reasoning-parser``), or None."""
+    global _reasoning_end_tokens
+    _reasoning_end_tokens = count
+
+
+def reasoning_end_tokens() -> int | None:
+    return _reasoning_end_tokens

@@ -72,9 +72,16 @@ def max_tokens_field(request: Any) -> str:
     return "max_completion_tokens" if getattr(request, "max_completion_tokens", None) is not None else "max_tokens"
 
 
-def admit(params: Any, field: str = "max_tokens") -> None:
+def admit(params: Any, field: str = "max_tokens", reasoning_first: bool | None = None) -> None:
     """Raise ``VLLMValidationError`` (400) if ``params`` (``SamplingParams``)
-    constrain the reply to something longer than ``params.max_tokens``."""
+    constrain the reply to something longer than ``params.max_tokens``.
+
+    ``reasoning_first``: whether, on a server with a reasoning parser, vLLM
+    lets the model reason before the constraint starts (a chat request's
+    ``include_reasoning``); only then is the reasoning capped so that the
+    reply fits after it.  ``None`` (the checks that do not see the request):
+    left as it is.  With ``include_reasoning: false`` vLLM constrains from
+    the first token, and a forced end marker would break the reply."""
     from poot_vllm.adapter.params import constraint_from_params
     from poot_vllm.core.budget import SERVER_VOCABULARY, ReplyDoesNotFit, check_reply_fits
     from poot_vllm.core.errors import PootError
@@ -99,6 +106,27 @@ def admit(params: Any, field: str = "max_tokens") -> None:
         raise to_validation_error(exc, field) from None
     except PootError:
         return  # a constraint the validation refuses anyway
+    if reasoning_first:
+        _leave_room_after_reasoning(params, constraint, vocab, limits)
+
+
+def _leave_room_after_reasoning(params: Any, constraint: Any, vocab: Any, limits: Any) -> None:
+    """On a server with a reasoning parser the constraint starts after the
+    reasoning, and both share ``max_tokens``: cap the reasoning
+    (``thinking_token_budget``, which makes vLLM force the end marker) so
+    that the shortest conforming reply still fits after it."""
+    from poot_vllm.adapter.server_state import reasoning_end_tokens
+    from poot_vllm.core.budget import shortest_reply
+
+    end = reasoning_end_tokens()
+    if end is None or not hasattr(params, "thinking_token_budget"):
+        return
+    shortest = shortest_reply(constraint, vocab, limits)
+    if shortest is None:
+        return
+    cap = max(int(params.max_tokens) - shortest - end, 0)
+    asked = params.thinking_token_budget
+    params.thinking_token_budget = cap if asked is None else min(int(asked), cap)
 
 
 def record_from_validation(model_config: Any, tokenizer: Any) -> None:

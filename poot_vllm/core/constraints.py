@@ -37,7 +37,7 @@ class Kind(str, enum.Enum):
 @dataclass(frozen=True)
 class Constraint:
     kind: Kind
-    spec: str  # regex text, JSON list of choices, GBNF text, schema JSON text, "" for json_object
+    spec: str  # regex text, JSON list of choices, GBNF or Lark text, schema JSON text, "" for json_object
 
 
 def _utf8_len(text: str) -> int:
@@ -64,7 +64,8 @@ def regex_constraint(value: Any, limits: Limits) -> Constraint:
 
 def grammar_constraint(value: Any, limits: Limits) -> Constraint:
     if not isinstance(value, str) or not value.strip():
-        raise PootError("must be a non-empty string holding a GBNF grammar with a 'root' rule")
+        raise PootError("must be a non-empty string holding a grammar: GBNF with a 'root ::= ...' rule "
+                        "or Lark with a 'start: ...' rule")
     size = len(value.encode("utf-8", "surrogatepass"))
     if size > limits.max_grammar_bytes:
         raise LimitExceeded("the grammar", "max_grammar_bytes", limits.max_grammar_bytes, "bytes", f"it is {size} bytes")
@@ -124,9 +125,10 @@ def _build(constraint: Constraint, limits: Limits) -> Any:
 
         return compile_tool_call_constraint(spec, limits)
     if kind is Kind.GRAMMAR:
-        from poot_vllm.core.grammar import parse_gbnf
+        # GBNF or Lark, told apart by one documented rule (grammar.lark.grammar_syntax)
+        from poot_vllm.core.grammar.lark import parse_grammar
 
-        return parse_gbnf(spec, limits)
+        return parse_grammar(spec, limits)
     if kind is Kind.JSON_OBJECT:
         from poot_vllm.core.grammar import json_object_grammar
 

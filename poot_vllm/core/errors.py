@@ -45,6 +45,10 @@ class LimitExceeded(PootError):
         super().__init__(msg)
         self.limit_name = limit_name
         self.limit = limit
+        self.what = what
+        self.unit = unit
+        #: the parenthesised detail alone, so a caller can re-raise naming its input
+        self.detail = detail
 
 
 class UnsupportedConstruct(PootError):

@@ -15,6 +15,12 @@ How automaton working memory is counted (``max_automaton_bytes``):
 * every DFA state costs 16 bytes, plus 4 bytes per NFA item in its subset,
   plus 8 bytes per distinct transition range of its row (a ``guided_choice``
   trie node costs 16 bytes plus 8 per edge).
+* zero-width assertions: one on a single class (``\\b``, ``^``/``$`` next to
+  a character) splits the classes (charged as positions and classes) and
+  closes follow sets through it (4 bytes per entry); any other lookaround
+  builds its own automaton on the same budget, and each state then costs 16
+  bytes + 4 per item, per pending lookahead and per lookbehind tracker, + 8
+  per transition range.
 
 (Details and rationale: ``docs/regex.md``.)
 

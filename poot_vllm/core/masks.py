@@ -19,10 +19,13 @@ are stored once (``rows[row_of_state[s]]``), so memory is
 
 The walk is a numba kernel over the preorder trie (:mod:`poot_vllm.core.token_trie`)
 that skips a whole subtree as soon as the DFA dies, so a state costs only its
-live trie nodes.  It is poot's only trie walk (:func:`_walk_trie`): the
-API server's shortest-reply search (:func:`_shortest_text_tokens`, used by
-``budget``) and the json_object closing masks (``grammar.json_budget``) run
-the same kernel on their own data.  Its jitted callers stay in this file
+live trie nodes.  :func:`_walk_trie` is the general walk: the API
+server's shortest-reply search (:func:`_shortest_text_tokens`, used by
+``budget``), the restricted-mask fallback and the json_object closing masks
+(``grammar.json_budget``) run it on their own data.  The mask build runs
+its plain-DFA twin :func:`_walk_pairs` (same order, same skipping, same work
+count), which also reports each token's end state for the budget tables.
+The jitted callers stay in this file
 (numba's on-disk cache does not notice a change to a jitted callee in another
 file); ``json_budget`` calls it from Python, with its scanner as tables.  Kernels are compiled with ``cache=True`` (numba writes them
 next to this module, or to ``NUMBA_CACHE_DIR`` if set, or to the per-user cache
@@ -34,7 +37,13 @@ seconds, once).
 Budgets: ``min_tokens_to_accept[s]`` is the fewest tokens that complete a reply
 from ``s`` (1 in an accepting state: the stop token; 0 there if the vocabulary
 has no stop ids).  :meth:`DFAMaskIndex.restricted_mask` allows only tokens after
-which the reply can still complete within a token budget.
+which the reply can still complete within a token budget.  It reads budget
+tables made at build time (:func:`_build_budget_tables`: per state, the tokens
+grouped by the distance of their end state, all groups but one stored and
+shared between states), so decoding near the budget is a row copy plus a few
+bit edits, not a trie walk.  The build's walk (:func:`_walk_pairs`, the
+plain-DFA twin of ``_walk_trie`` that also reports each token's end state)
+records what the tables need, so they cost no second walk.
 """
 
 from __future__ import annotations
@@ -273,13 +282,18 @@ def _token_distances(succ_offsets, succ_states, accepting, stop_cost, unreachabl
 def warm_up() -> None:
     """Compile (or load from numba's cache) the kernels on a toy input, so the
     first real compile does not pay for it.  Safe to call from any thread."""
-    trans = np.full((2, 256), -1, dtype=np.int32)
+    # "aa+" with tokens "a", "aa": state 0's tokens end 1 and 2 tokens from a
+    # finished reply, so it gets a budget table (compiling the grouping kernels).
+    trans = np.full((3, 256), -1, dtype=np.int32)
     trans[0, 97] = 1
-    trans[1, 97] = 1
+    trans[1, 97] = 2
+    trans[2, 97] = 2
     vocab = _ToyVocab((b"a", b"aa", None), frozenset({2}), 3)
     trie = _build_trie(vocab.token_bytes, vocab.size)  # not TokenTrie.build: keep the cache for real ones
-    index = DFAMaskIndex.build(_ToyDFA(trans, np.array([False, True]), 0), vocab, trie)
-    index.restricted_mask(0, 1, np.zeros(index.words, dtype=np.int32))
+    index = DFAMaskIndex.build(_ToyDFA(trans, np.array([False, False, True]), 0), vocab, trie)
+    row = np.zeros(index.words, dtype=np.int32)
+    index.restricted_mask(0, 2, row)
+    index._walk_restricted(0, 2, row.view(np.uint32))  # the walk kept for states past the tables' bound
 
 
 @dataclass(frozen=True)
@@ -303,6 +317,13 @@ class _Rows:
     row_of_state: np.ndarray
     succ_offsets: np.ndarray
     succ_states: np.ndarray
+    #: Per state: tokens recorded by end state (-1: not recorded), the
+    #: majority end state, and the recorded (token, end) pairs, CSR.
+    rec_n: np.ndarray
+    rec_maj: np.ndarray
+    rec_offsets: np.ndarray
+    rec_tok: np.ndarray
+    rec_end: np.ndarray
 
 
 def _set_bits(words: np.ndarray, ids: np.ndarray) -> None:
@@ -319,38 +340,74 @@ _SUCC_CHUNK = 1 << 16
 @_jit
 def _walk_states(trans, lo, hi, node_byte, node_depth, node_end, tok_offsets, tok_ids, is_stop,
                  end_dist, dist_limit, accepting, stop_ids, rows, hashes, succ_counts, succ_flat,
-                 seen, succ_buf, stack, work, max_work):
-    """:func:`_walk_dfa` for states ``lo..hi-1`` into ``rows[0..]`` (stop ids set
-    in accepting states), with a 64-bit FNV-1a hash of each row in ``hashes``
-    and each state's sorted distinct successors appended to ``succ_flat``
-    (``succ_counts`` per state).
+                 seen, succ_buf, stack, work, max_work, pair_tok, pair_end, cnt,
+                 rec_n, rec_maj, rec_tok, rec_end, rec_left):
+    """The trie walk (:func:`_walk_pairs`) for states ``lo..hi-1`` into
+    ``rows[0..]`` (stop ids set in accepting states), with a 64-bit FNV-1a hash
+    of each row in ``hashes`` and each state's sorted distinct successors
+    appended to ``succ_flat`` (``succ_counts`` per state).
 
-    Returns ``(states done, successors written, over)``: it stops early before
-    ``succ_flat`` could overflow, and right after the state at which
-    ``work[0]`` passes ``max_work`` (``over``; ``max_work < 0``: unbounded).
+    For the budget tables it also keeps each state's tokens by end state,
+    without a second walk: ``rec_maj[j]`` is the end state most tokens reach,
+    and the other tokens go to ``rec_tok``/``rec_end`` (``rec_n[j]`` of them;
+    -1 once ``rec_left[0]`` tokens are recorded in all, and those states are
+    walked again if they need a table).
+
+    Returns ``(states done, successors written, over, tokens recorded)``: it
+    stops early before ``succ_flat`` or ``rec_tok`` could overflow, and right
+    after the state at which ``work[0]`` passes ``max_work`` (``over``;
+    ``max_work < 0``: unbounded).
     """
     n = trans.shape[0]
+    n_vocab = is_stop.shape[0]
     m = 0
+    r = 0
     for s in range(lo, hi):
-        if m + n > succ_flat.shape[0]:
-            return s - lo, m, False
+        if m + n > succ_flat.shape[0] or r + n_vocab > rec_tok.shape[0]:
+            return s - lo, m, False, r
         j = s - lo
         row = rows[j]
-        k = _walk_dfa(trans, s, node_byte, node_depth, node_end, tok_offsets, tok_ids, is_stop,
-                        end_dist, dist_limit, row, True, seen, s, succ_buf, stack, work)
+        n_pairs, k = _walk_pairs(trans, s, node_byte, node_depth, node_end, tok_offsets, tok_ids, is_stop,
+                                 end_dist, dist_limit, pair_tok, pair_end, row, seen, succ_buf, cnt, stack, work)
         if max_work >= 0 and work[0] > max_work:
-            return j + 1, m, True
+            return j + 1, m, True, r
         if accepting[s]:
             for t in stop_ids:
                 row[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
         succ_flat[m:m + k] = np.sort(succ_buf[:k])
         succ_counts[j] = k
         m += k
+        maj = -1
+        most = 0
+        for q in range(k):
+            e = succ_buf[q]
+            if cnt[e] > most:
+                most = cnt[e]
+                maj = e
+        rec_maj[j] = maj
+        others = n_pairs - most
+        if others == 0:
+            rec_n[j] = 0
+        elif others <= rec_left[0]:
+            for i in range(n_pairs):
+                if pair_end[i] != maj:
+                    rec_tok[r] = pair_tok[i]
+                    rec_end[r] = pair_end[i]
+                    r += 1
+            rec_left[0] -= others
+            rec_n[j] = others
+        else:
+            rec_n[j] = -1
         h = np.uint64(14695981039346656037)
         for w in row:
             h = (h ^ np.uint64(w)) * np.uint64(1099511628211)
         hashes[j] = h
-    return hi - lo, m, False
+    return hi - lo, m, False, r
+
+
+#: Tokens the mask build keeps by end state for the budget tables, at most
+#: (transient: 8 bytes each); states past it are walked a second time.
+_RECORD_MAX_TOKENS = 4 * 1024 * 1024
 
 
 def _build_rows(trans: np.ndarray, accepting: np.ndarray, trie: TokenTrie, stop_ids: np.ndarray,
@@ -381,6 +438,15 @@ def _build_rows(trans: np.ndarray, accepting: np.ndarray, trie: TokenTrie, stop_
     succ_counts = np.zeros(chunk, dtype=np.int64)
     succ_flat = np.empty(max(n, _SUCC_CHUNK), dtype=np.int32)
     limit = -1 if max_work is None else int(max_work)
+    pair_tok = np.empty(max(trie.size, 1), dtype=np.int32)
+    pair_end = np.empty(max(trie.size, 1), dtype=np.int32)
+    cnt = np.zeros(n, dtype=np.int64)
+    rec_n = np.zeros(n, dtype=np.int64)
+    rec_maj = np.full(n, -1, dtype=np.int32)
+    rec_tok = np.empty(2 * max(trie.size, 1024), dtype=np.int32)
+    rec_end = np.empty(rec_tok.size, dtype=np.int32)
+    rec_left = np.array([_RECORD_MAX_TOKENS], dtype=np.int64)
+    rec_parts: list[tuple[np.ndarray, np.ndarray]] = []
 
     unique: list[np.ndarray] = []
     index_of: dict[int, int] = {}
@@ -389,10 +455,12 @@ def _build_rows(trans: np.ndarray, accepting: np.ndarray, trie: TokenTrie, stop_
     succ_parts: list[np.ndarray] = []
     s = 0
     while s < n:
-        done, m, over = _walk_states(trans, s, min(n, s + chunk), trie.node_byte, trie.node_depth, trie.node_end,
-                                     trie.tok_offsets, trie.tok_ids, is_stop, end_dist, dist_limit, accepting,
-                                     stop_ids, buf, hashes, succ_counts, succ_flat, seen, succ_buf, stack,
-                                     work, limit)
+        done, m, over, r = _walk_states(trans, s, min(n, s + chunk), trie.node_byte, trie.node_depth,
+                                        trie.node_end, trie.tok_offsets, trie.tok_ids, is_stop, end_dist, dist_limit,
+                                        accepting, stop_ids, buf, hashes, succ_counts, succ_flat, seen, succ_buf,
+                                        stack, work, limit, pair_tok, pair_end, cnt, rec_n[s:], rec_maj[s:],
+                                        rec_tok, rec_end, rec_left)
+        rec_parts.append((rec_tok[:r].copy(), rec_end[:r].copy()))
         if over:
             raise LimitExceeded(
                 "computing the token masks of this constraint", "max_mask_work", max_work,
@@ -414,7 +482,336 @@ def _build_rows(trans: np.ndarray, accepting: np.ndarray, trie: TokenTrie, stop_
         s += done
     rows = np.stack(unique).view(np.int32) if unique else np.zeros((0, words), dtype=np.int32)
     succ_states = np.concatenate(succ_parts).astype(np.int32) if succ_parts else np.zeros(0, np.int32)
-    return _Rows(rows, row_of_state, succ_offsets, succ_states)
+    rec_offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.maximum(rec_n, 0), out=rec_offsets[1:])
+    rec_tok = np.concatenate([p[0] for p in rec_parts]) if rec_parts else np.zeros(0, np.int32)
+    rec_end = np.concatenate([p[1] for p in rec_parts]) if rec_parts else np.zeros(0, np.int32)
+    return _Rows(rows, row_of_state, succ_offsets, succ_states, rec_n, rec_maj, rec_offsets, rec_tok, rec_end)
+
+
+# --------------------------------------------------------------- budget tables
+#
+# A restricted mask (``restricted_mask``) keeps the tokens whose end state is
+# within ``budget - 1`` tokens of a finished reply.  Per state, the allowed
+# text tokens fall into a few groups by the distance of their end state, so
+# each restricted mask is the plain row minus the groups that are too far, or
+# the union of the groups that are near enough.  The build stores, for each
+# state whose successors lie at two or more distances, every group but the
+# largest (the "implicit" one: the plain row minus the others), deduplicated
+# across states; decode time then touches only the stored tokens.
+
+#: ``budget_info`` columns, one row per state (int32): the plain row, the
+#: budget at and above which the plain row is the answer, the state's entries
+#: ``[lo, hi)`` in ``budget_entry_*``, whether it accepts, and how its
+#: restricted masks are made (``BUDGET_*``).
+_I_ROW, _I_PLAIN, _I_LO, _I_HI, _I_ACC, _I_KIND = range(6)
+BUDGET_NONE = 0   #: every text token at one distance: a restricted mask is stops or nothing
+BUDGET_TABLE = 1  #: groups stored: a copy plus set/clear of the stored groups' bits
+BUDGET_WALK = 2   #: over the table memory bound: one trie walk per restricted mask
+
+
+@_jit
+def _walk_pairs(trans, s, node_byte, node_depth, node_end, tok_offsets, tok_ids, is_stop,
+                score, limit, pair_tok, pair_end, row, seen, succ_out, cnt, stack, work):
+    """Every non-stop token whose bytes walk from ``s`` to a state ``e`` with
+    ``score[e] <= limit``, as ``(pair_tok[i], pair_end[i] = e)``; returns
+    ``(their count, successors)``.  The plain-DFA case of :func:`_walk_trie`
+    (same order, same subtree skipping, same ``work``), for the callers that
+    need each token's end state: the mask build (:func:`_walk_states`) and the
+    budget groups (:func:`_budget_groups`).  Like ``_walk_trie`` with
+    ``collect``, it also sets the tokens in ``row`` (uint32 words, zeroed here;
+    skipped if empty) and lists the distinct end states in ``succ_out``
+    (``seen[e] == s`` marks them), with ``cnt[e]`` tokens each."""
+    write_row = row.shape[0] > 0
+    if write_row:
+        row[:] = 0
+    n = 0
+    k = 0
+    n_nodes = node_byte.shape[0]
+    stack[0] = s
+    i = 0  # the root: tokens with no bytes end where they start
+    nxt = s
+    visited = 0
+    while i < n_nodes:
+        if i > 0:
+            visited += 1
+            d = node_depth[i]
+            nxt = trans[stack[d - 1], node_byte[i]]
+            if nxt < 0:
+                i = node_end[i]  # every token below this prefix dies too
+                continue
+            stack[d] = nxt
+        a = tok_offsets[i]
+        b = tok_offsets[i + 1]
+        if a < b and score[nxt] <= limit:
+            m0 = n
+            for q in range(a, b):
+                t = tok_ids[q]
+                if not is_stop[t]:
+                    pair_tok[n] = t
+                    pair_end[n] = nxt
+                    n += 1
+                    if write_row:
+                        row[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
+            if n > m0:
+                if seen[nxt] != s:
+                    seen[nxt] = s
+                    succ_out[k] = nxt
+                    cnt[nxt] = 0
+                    k += 1
+                cnt[nxt] += n - m0
+        i += 1
+    work[0] += visited
+    return n, k
+
+
+@_jit
+def _budget_groups(trans, states, lo, node_byte, node_depth, node_end, tok_offsets, tok_ids, is_stop,
+                   dist, unreachable, rec_n, rec_maj, rec_offsets, rec_tok, rec_end,
+                   pair_tok, pair_end, pair_dist, stack, counts, cursor,
+                   state_n_entries, ent_dist, ent_len, ent_explicit, ent_hash, toks, work,
+                   no_row, seen, succ, cnt):
+    """Group the text tokens of ``states[lo:]`` by end distance (counting sort,
+    ascending distance, trie order within a group): per state its entries
+    (distance, size, explicit, FNV-1a hash of the tokens) and the explicit
+    groups' tokens, concatenated in ``toks``.  One group is implicit (not
+    written): the distance of the majority end state where the mask build
+    recorded the state's other tokens (``rec_n[s] >= 0``: no walk here), else
+    the largest group of a fresh walk.  Returns ``(states done, entries,
+    tokens)``, stopping before the buffers could overflow.  ``counts`` and
+    ``cursor`` are zeroed scratch indexed by distance (< n_states + 2)."""
+    n_vocab = is_stop.shape[0]
+    ne = 0
+    nt = 0
+    n_states = trans.shape[0]
+    for j in range(lo, states.shape[0]):
+        if ne + n_states + 2 > ent_dist.shape[0] or nt + n_vocab > toks.shape[0]:
+            return j - lo, ne, nt
+        s = states[j]
+        if rec_n[s] >= 0:
+            n = rec_n[s]
+            o = rec_offsets[s]
+            for i in range(n):
+                pair_tok[i] = rec_tok[o + i]
+                pair_dist[i] = dist[rec_end[o + i]]
+            forced = dist[rec_maj[s]]
+        else:
+            n, _ = _walk_pairs(trans, s, node_byte, node_depth, node_end, tok_offsets, tok_ids, is_stop,
+                               dist, unreachable - 1, pair_tok, pair_end, no_row, seen, succ, cnt, stack, work)
+            for i in range(n):
+                pair_dist[i] = dist[pair_end[i]]
+            forced = -1
+        dmin = unreachable
+        dmax = -1
+        if forced >= 0:
+            dmin = forced
+            dmax = forced
+        for i in range(n):
+            d = pair_dist[i]
+            counts[d] += 1
+            if d < dmin:
+                dmin = d
+            if d > dmax:
+                dmax = d
+        best = forced
+        if best < 0:
+            best = dmin
+            for d in range(dmin, dmax + 1):
+                if counts[d] > counts[best]:
+                    best = d
+        e0 = ne
+        c = nt
+        for d in range(dmin, dmax + 1):
+            if counts[d] == 0 and d != best:
+                continue
+            ent_dist[ne] = d
+            ent_len[ne] = counts[d]
+            ent_explicit[ne] = d != best
+            if d != best:
+                cursor[d] = c
+                c += counts[d]
+            ne += 1
+        for i in range(n):
+            d = pair_dist[i]
+            if d != best:
+                toks[cursor[d]] = pair_tok[i]
+                cursor[d] += 1
+        c = nt
+        for e in range(e0, ne):
+            h = np.uint64(14695981039346656037)
+            if ent_explicit[e]:
+                for k in range(c, c + ent_len[e]):
+                    h = (h ^ np.uint64(toks[k])) * np.uint64(1099511628211)
+                c += ent_len[e]
+            ent_hash[e] = h
+        nt = c
+        for d in range(dmin, dmax + 1):
+            counts[d] = 0
+            cursor[d] = 0
+        state_n_entries[j - lo] = ne - e0
+    return states.shape[0] - lo, ne, nt
+
+
+@_jit
+def _budget_row(s, budget, info, rows, stop_ids, ent_dist, ent_ref, grp_offsets, grp_tokens, out):
+    """The restricted mask of ``s`` for a ``budget`` (see
+    :meth:`DFAMaskIndex.restricted_mask`) into ``out`` (uint32 words), for a
+    state whose kind is not ``BUDGET_WALK``: a row copy, then the set or clear
+    of the stored groups' bits (whichever side holds the implicit group)."""
+    plain = rows[info[s, _I_ROW]]
+    if budget >= info[s, _I_PLAIN]:
+        out[:] = plain
+        return
+    limit = budget - 1
+    lo = info[s, _I_LO]
+    hi = info[s, _I_HI]
+    implicit_near = False
+    for e in range(lo, hi):
+        if ent_ref[e] < 0:
+            implicit_near = ent_dist[e] <= limit
+    if implicit_near:  # the plain row (stops included: budget >= 1 here) minus the far groups
+        out[:] = plain
+        for e in range(lo, hi):
+            g = ent_ref[e]
+            if g >= 0 and ent_dist[e] > limit:
+                for k in range(grp_offsets[g], grp_offsets[g + 1]):
+                    t = grp_tokens[k]
+                    out[t >> 5] &= ~(np.uint32(1) << np.uint32(t & 31))
+        return
+    out[:] = 0
+    for e in range(lo, hi):  # the near groups (all stored: the implicit one is far)
+        g = ent_ref[e]
+        if g >= 0 and ent_dist[e] <= limit:
+            for k in range(grp_offsets[g], grp_offsets[g + 1]):
+                t = grp_tokens[k]
+                out[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
+    if info[s, _I_ACC] and budget >= 1:
+        for t in stop_ids:
+            out[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
+
+
+#: The budget tables may hold at most this much beyond the plain rows'
+#: size (their own bound: ``max(rows.nbytes, BUDGET_TABLE_MIN_BYTES)``);
+#: states past it keep the trie walk.
+BUDGET_TABLE_MIN_BYTES = 4 * 1024 * 1024
+
+
+@dataclass(frozen=True, eq=False)
+class _BudgetTables:
+    info: np.ndarray         # int32 (n_states, 6): the ``_I_*`` columns
+    ent_dist: np.ndarray     # int32 (n_entries,): a group's end distance, ascending per state
+    ent_ref: np.ndarray      # int32 (n_entries,): its stored group, -1 for the implicit one
+    grp_offsets: np.ndarray  # int64 (n_groups + 1,)
+    grp_tokens: np.ndarray   # int32: the stored groups' token ids
+    work: int                # trie nodes the grouping walks visited
+    rows_u32: np.ndarray     # the index's rows as uint32 words (a view: what the kernel copies)
+
+
+def _build_budget_tables(trans: np.ndarray, accepting: np.ndarray, trie: TokenTrie, is_stop: np.ndarray,
+                         dist: np.ndarray, plain_budget: np.ndarray, built: _Rows, max_bytes: int) -> _BudgetTables:
+    """The per-state distance groups behind :meth:`DFAMaskIndex.restricted_mask`.
+
+    Only states whose successors lie at two or more distances need one (with
+    one distance, a restricted mask has no text token at all).  Their tokens
+    come from what the mask build recorded (its tokens by end state); only
+    states it could not record (past ``_RECORD_MAX_TOKENS``) are walked again.  Groups are stored
+    once however many states share them (a 64-bit hash, equality checked), and
+    at most ``max_bytes`` of token ids: the states past that bound are marked
+    ``BUDGET_WALK``.
+    """
+    n = trans.shape[0]
+    info = np.zeros((n, 6), dtype=np.int32)
+    info[:, _I_ROW] = built.row_of_state
+    succ_offsets, succ_states = built.succ_offsets, built.succ_states
+    info[:, _I_PLAIN] = plain_budget
+    info[:, _I_ACC] = accepting
+    need = np.zeros(n, dtype=np.bool_)
+    has = succ_offsets[1:] > succ_offsets[:-1]
+    if succ_states.size:
+        ds = dist[succ_states]
+        starts = succ_offsets[:-1][has]
+        need[has] = np.minimum.reduceat(ds, starts) != np.maximum.reduceat(ds, starts)
+    states = np.flatnonzero(need).astype(np.int32)
+
+    ent_dist: list[int] = []
+    ent_ref: list[int] = []
+    groups: list[bytes] = []  # each an int32 token-id array's bytes
+    group_of: dict[tuple[int, int], list[int]] = {}
+    stored = 0
+    work = np.zeros(1, dtype=np.int64)
+    if states.size:
+        size = trie.size
+        pair_tok = np.empty(max(size, 1), dtype=np.int32)
+        pair_end = np.empty(max(size, 1), dtype=np.int32)
+        pair_dist = np.empty(max(size, 1), dtype=np.int32)
+        stack = np.empty(trie.max_depth + 1, dtype=np.int32)
+        counts = np.zeros(n + 2, dtype=np.int64)
+        cursor = np.zeros(n + 2, dtype=np.int64)
+        cap_e = 2 * (n + 2) + 4096
+        n_entries = np.zeros(states.size, dtype=np.int64)
+        e_dist = np.empty(cap_e, dtype=np.int32)
+        e_len = np.empty(cap_e, dtype=np.int64)
+        e_explicit = np.empty(cap_e, dtype=np.bool_)
+        e_hash = np.empty(cap_e, dtype=np.uint64)
+        toks = np.empty(4 * max(size, 1024), dtype=np.int32)
+        j = 0
+        while j < states.size:
+            done, _, _ = _budget_groups(trans, states, j, trie.node_byte, trie.node_depth, trie.node_end,
+                                        trie.tok_offsets, trie.tok_ids, is_stop, dist, UNREACHABLE, built.rec_n,
+                                        built.rec_maj, built.rec_offsets, built.rec_tok, built.rec_end, pair_tok,
+                                        pair_end, pair_dist, stack, counts, cursor, n_entries, e_dist, e_len,
+                                        e_explicit, e_hash, toks, work, np.zeros(0, dtype=np.uint32),
+                                        np.full(n, -1, dtype=np.int32), np.empty(n, dtype=np.int32),
+                                        np.zeros(n, dtype=np.int64))
+            e = 0
+            c = 0
+            # Python per entry (a few per state), on lists: the dedupe lookup.
+            n_of, dist_of, len_of = n_entries[:done].tolist(), e_dist.tolist(), e_len.tolist()
+            explicit_of, hash_of = e_explicit.tolist(), e_hash.tolist()
+            for k in range(done):
+                s = int(states[j + k])
+                m = n_of[k]
+                refs: list[int] = []
+                new_bytes = 0
+                fresh: list[tuple[tuple[int, int], bytes]] = []
+                for q in range(e, e + m):
+                    if not explicit_of[q]:
+                        refs.append(-1)
+                        continue
+                    length = len_of[q]
+                    # 64-bit hash as the dedupe key, equality still checked (a
+                    # collision costs a duplicate group, never a wrong one).
+                    data = toks[c:c + length].tobytes()
+                    c += length
+                    key = (hash_of[q], length)
+                    g = next((g for g in group_of.get(key, ()) if groups[g] == data), None)
+                    if g is None:
+                        g = len(groups) + len(fresh)
+                        fresh.append((key, data))
+                        new_bytes += len(data)
+                    refs.append(g)
+                if stored + new_bytes > max_bytes:
+                    info[s, _I_KIND] = BUDGET_WALK
+                else:
+                    for key, data in fresh:
+                        group_of.setdefault(key, []).append(len(groups))
+                        groups.append(data)
+                    stored += new_bytes
+                    info[s, _I_KIND] = BUDGET_TABLE
+                    info[s, _I_LO] = len(ent_dist)
+                    ent_dist.extend(dist_of[e:e + m])
+                    ent_ref.extend(refs)
+                    info[s, _I_HI] = len(ent_dist)
+                e += m
+            j += done
+    grp_offsets = np.zeros(len(groups) + 1, dtype=np.int64)
+    if groups:
+        np.cumsum([len(g) // 4 for g in groups], out=grp_offsets[1:])
+    grp_tokens = np.frombuffer(b"".join(groups), dtype=np.int32).copy()
+    rows_u32 = built.rows.view(np.uint32)
+    rows_u32.flags.writeable = False
+    return _BudgetTables(info, np.array(ent_dist, dtype=np.int32), np.array(ent_ref, dtype=np.int32),
+                         grp_offsets, grp_tokens.astype(np.int32, copy=False), int(work[0]), rows_u32)
 
 
 @dataclass(frozen=True, eq=False)
@@ -446,6 +843,11 @@ class DFAMaskIndex:
     build_seconds: float
     #: Trie nodes the build visited (what ``Limits.max_mask_work`` bounds).
     mask_work: int = 0
+    #: What ``restricted_mask`` reads instead of walking the trie (see
+    #: :func:`_build_budget_tables`); None only for indexes built before them.
+    budget: _BudgetTables | None = None
+    #: Seconds the budget tables took after the walk (part of ``build_seconds``).
+    budget_seconds: float = 0.0
 
     @property
     def n_states(self) -> int:
@@ -462,9 +864,19 @@ class DFAMaskIndex:
     @property
     def nbytes(self) -> int:
         """Memory this index holds beyond the DFA and the (shared) trie."""
-        return sum(a.nbytes for a in (self.rows, self.row_of_state, self.stop_row, self.is_stop,
-                                      self.min_tokens_to_accept, self.plain_row_budget,
-                                      self.succ_offsets, self.succ_states))
+        arrays = [self.rows, self.row_of_state, self.stop_row, self.is_stop, self.min_tokens_to_accept,
+                  self.plain_row_budget, self.succ_offsets, self.succ_states]
+        if self.budget is not None:
+            b = self.budget
+            arrays += [b.info, b.ent_dist, b.ent_ref, b.grp_offsets, b.grp_tokens]
+        return sum(a.nbytes for a in arrays)
+
+    @property
+    def budget_nbytes(self) -> int:
+        """The part of ``nbytes`` that the budget tables take."""
+        b = self.budget
+        return 0 if b is None else sum(a.nbytes for a in (b.info, b.ent_dist, b.ent_ref, b.grp_offsets,
+                                                           b.grp_tokens))
 
     def row(self, state: int) -> np.ndarray:
         """The cached (read-only) mask row of ``state``."""
@@ -479,7 +891,22 @@ class DFAMaskIndex:
         """
         if out_row.dtype != np.int32 or out_row.shape != (self.words,):
             raise ValueError(f"out_row must be int32 of shape ({self.words},), got {out_row.dtype} {out_row.shape}")
-        out = out_row.view(np.uint32)
+        # Clamped into int32 range: every budget past it gives the plain row, every one below 0 the same as -1.
+        budget = max(-1, min(int(budget), int(UNREACHABLE)))
+        self.fill_restricted(int(state), budget, out_row.view(np.uint32))
+
+    def fill_restricted(self, state: int, budget: int, out: np.ndarray) -> None:
+        """:meth:`restricted_mask` into uint32 words, unchecked (the matcher's hot path)."""
+        b = self.budget
+        if b is not None and b.info[state, _I_KIND] != BUDGET_WALK:
+            # A copy and the stored groups' bits (numba, GIL released): no trie walk.
+            _budget_row(state, budget, b.info, b.rows_u32, self.stop_ids, b.ent_dist,
+                        b.ent_ref, b.grp_offsets, b.grp_tokens, out)
+            return
+        self._walk_restricted(state, budget, out)
+
+    def _walk_restricted(self, state: int, budget: int, out: np.ndarray) -> None:
+        """``restricted_mask`` by one trie walk (states past the tables' memory bound)."""
         trie = self.trie
         stack = np.empty(trie.max_depth + 1, dtype=np.int32)
         limit = min(int(budget) - 1, int(UNREACHABLE) - 1)
@@ -491,8 +918,12 @@ class DFAMaskIndex:
 
     @classmethod
     def build(cls, dfa: Any, vocab: Any, trie: TokenTrie | None = None,
-              max_work: int | None = None) -> "DFAMaskIndex":
-        """Compute every state's mask and token distances.
+              max_work: int | None = None, budget_table_bytes: int | None = None) -> "DFAMaskIndex":
+        """Compute every state's mask, token distances and budget tables.
+
+        ``budget_table_bytes`` bounds the budget tables' token ids (default
+        ``max(rows.nbytes, BUDGET_TABLE_MIN_BYTES)``: at most the size of the
+        masks themselves); states past it keep one trie walk per restricted mask.
 
         Raises :class:`~poot_vllm.core.errors.UnsupportedConstruct` if the model's
         tokens cannot spell any complete reply from the start state, and
@@ -549,13 +980,20 @@ class DFAMaskIndex:
         _set_bits(stop_row, stop_ids)
         stop_row = stop_row.view(np.int32)
 
+        t1 = time.perf_counter()
+        budget = _build_budget_tables(trans, accepting, trie, is_stop, dist, plain_budget, built,
+                                      max(int(built.rows.nbytes), BUDGET_TABLE_MIN_BYTES)
+                                      if budget_table_bytes is None else int(budget_table_bytes))
+        t2 = time.perf_counter()
+
         arrays = (built.rows, built.row_of_state, stop_row, dist,
-                  plain_budget, built.succ_offsets, built.succ_states)
+                  plain_budget, built.succ_offsets, built.succ_states,
+                  budget.info, budget.ent_dist, budget.ent_ref, budget.grp_offsets, budget.grp_tokens)
         for a in arrays:
             a.flags.writeable = False
         return cls(dfa, vocab, trie, trans, accepting, stop_ids, is_stop, built.rows, built.row_of_state, stop_row,
                    dist, plain_budget, built.succ_offsets, built.succ_states, stop_cost,
-                   time.perf_counter() - t0, int(work[0]))
+                   t2 - t0, int(work[0]), budget, t2 - t1)
 
 
 _NO_SEEN = np.zeros(1, dtype=np.int32)  # placeholder when successors are not collected

@@ -51,6 +51,16 @@ def bpe_server(request):
 
 
 @pytest.fixture(scope="session")
+def think_server(request):
+    """Tiny Qwen2 whose template opens a ``<think>`` block, with vLLM's ``qwen3``
+    reasoning parser (which also sets up ``thinking_token_budget``), and vLLM's
+    ``llama3_json`` tool parser (its tokenizer has ``<|python_tag|>``): the
+    server that tests reasoning and poot's Llama 3 tool-call forcing."""
+    yield from _server(request, "tiny-qwen2-bpe-think", "byte_level",
+                       ("--reasoning-parser", "qwen3", "--enable-auto-tool-choice", "--tool-call-parser", "llama3_json"))
+
+
+@pytest.fixture(scope="session")
 def server(request):
     """The default server: POOT_E2E_URL if given, else the tiny SentencePiece model."""
     ext = external_server()

@@ -1,14 +1,15 @@
-"""SentencePiece leading space: a word-initial token is its space plus the word.
+"""SentencePiece leading space: what a poot-constrained reply returns, whole and streamed.
 
-Three facts, checked in a real server with the tiny SentencePiece model:
-1. ``guided_regex: " the [a-z]+"`` constrains the tokens the model emits, so
-   the first token may be ``▁the`` / ``▁th`` (bytes b" th...").
-2. The bytes of each logprob entry include that space, and the entries'
-   bytes joined are exactly a string the regex matches.
-3. The reply text: the tokenizer's ``decode`` of the reply as one sequence
-   drops the single leading space SentencePiece adds at the start of text;
-   vLLM (0.32, measured) detokenizes the reply incrementally after the prompt,
-   so the returned text keeps it and equals the matched bytes, streamed or not.
+With the tiny SentencePiece model and ``guided_regex: " the [a-z]+"``:
+1. the tokens the model emits spell a string the regex matches, space
+   included: the first token is a word start (``▁the`` / ``▁th`` ...);
+2. logprob bytes and streamed deltas keep that space (they are the tokens);
+3. the text of a whole (non-streamed) reply drops the one leading space, as
+   the tokenizer's own ``decode`` does (poot's ``leading_space`` patch,
+   docs/safeguards.md "Leading space"): ``" the cat"`` is returned as
+   ``"the cat"``.
+A byte-level BPE model's reply keeps its leading space (there it is a token's
+text, not a word marker).
 """
 
 from __future__ import annotations
@@ -27,49 +28,92 @@ def spm_client(spm_server):
     return openai.OpenAI(base_url=spm_server.base_url, api_key="EMPTY", max_retries=0, timeout=120)
 
 
-def _tokenizer_and_vocab():
+def _tokenizer_and_vocab(name: str = "tiny-llama-spm"):
     from transformers import AutoTokenizer
 
     from poot_vllm.core.vocabulary import TokenVocabulary
     from tests.e2e.conftest import _models_dir
 
-    tok = AutoTokenizer.from_pretrained(_models_dir() / "tiny-llama-spm")
+    tok = AutoTokenizer.from_pretrained(_models_dir() / name)
     return tok, TokenVocabulary.from_tokenizer(tok)
 
 
-@pytest.mark.parametrize("attempt", range(3))
-def test_word_initial_token_carries_the_space(spm_client, spm_server, attempt):
+def _emitted(vocab, ids) -> str:
+    """The reply's tokens as the text they add mid-sequence (the bytes poot constrained)."""
+    return b"".join(vocab.token_bytes[t] for t in ids if vocab.token_bytes[t] is not None).decode()
+
+
+def _expected_text(tok, vocab, ids) -> str:
+    """The contract: the emitted text less one leading space when the first token is a word start (▁...)."""
+    emitted = _emitted(vocab, ids)
+    first = tok.convert_ids_to_tokens([t for t in ids if vocab.token_bytes[t] is not None][:1])
+    return emitted[1:] if first and first[0].startswith("\u2581") else emitted
+
+
+def test_whole_chat_reply_drops_the_space_logprobs_keep_it(spm_client, spm_server):
     tok, vocab = _tokenizer_and_vocab()
     r = spm_client.chat.completions.create(
-        model=spm_server.model, messages=[{"role": "user", "content": "hi"}], max_tokens=30, logprobs=True,
+        model=spm_server.model, messages=[{"role": "user", "content": "hi"}], max_tokens=30, logprobs=True, n=4,
         extra_body={"guided_regex": PATTERN, "return_token_ids": True},
     )
-    choice = r.choices[0]
-    ids = list(choice.token_ids)
-    content = [(t, e) for t, e in zip(ids, choice.logprobs.content) if vocab.token_bytes[t] is not None]
-    # 1. the tokens the model emitted spell a string the regex matches, space included
-    emitted = b"".join(vocab.token_bytes[t] for t, _ in content).decode()
-    assert re.fullmatch(PATTERN, emitted), emitted
-    # 2. a word-initial piece's logprob entry carries its space
-    pieces = tok.convert_ids_to_tokens([t for t, _ in content])
-    for piece, (_, entry) in zip(pieces, content):
-        if piece.startswith("\u2581"):
-            assert bytes(entry.bytes).startswith(b" "), (piece, entry)
-    # 3. the reply text is the matched bytes, leading space included
-    assert choice.message.content == emitted
+    word_starts = 0
+    for choice in r.choices:
+        ids = list(choice.token_ids)
+        content = [(t, e) for t, e in zip(ids, choice.logprobs.content) if vocab.token_bytes[t] is not None]
+        # 1. the tokens the model emitted spell a string the regex matches, space included
+        emitted = _emitted(vocab, ids)
+        assert re.fullmatch(PATTERN, emitted), emitted
+        pieces = tok.convert_ids_to_tokens([t for t, _ in content])
+        # 2. a word-initial piece's logprob entry carries its space
+        for piece, (_, entry) in zip(pieces, content):
+            if piece.startswith("\u2581"):
+                assert bytes(entry.bytes).startswith(b" "), (piece, entry)
+        # 3. the whole reply's text: the matched string without its one leading space, as decode gives it
+        assert choice.message.content == _expected_text(tok, vocab, ids)
+        if pieces[0].startswith("\u2581"):
+            word_starts += 1
+            assert choice.message.content == emitted[1:]
+            assert choice.message.content == tok.decode([t for t in ids if t not in tok.all_special_ids])
+    assert word_starts, "no reply opened with a word-start token: the case under test did not occur"
 
 
-def test_tokenizer_decode_drops_the_leading_space_vllm_text_keeps_it(spm_client, spm_server):
-    tok, _ = _tokenizer_and_vocab()
+def test_whole_completion_drops_the_space_streamed_deltas_keep_it(spm_client, spm_server):
+    tok, vocab = _tokenizer_and_vocab()
     r = spm_client.completions.create(
-        model=spm_server.model, prompt="Say:", max_tokens=30, extra_body={"guided_regex": PATTERN,
-                                                                            "return_token_ids": True},
+        model=spm_server.model, prompt="Say:", max_tokens=30, n=2,
+        extra_body={"guided_regex": PATTERN, "return_token_ids": True},
     )
-    c = r.choices[0]
-    ids = [t for t in c.token_ids if t not in tok.all_special_ids]
-    assert re.fullmatch(PATTERN, c.text), c.text
-    assert tok.decode(ids) == c.text[1:]  # decoded as one sequence: the single leading space is dropped
+    for c in r.choices:
+        emitted = _emitted(vocab, c.token_ids)
+        assert re.fullmatch(PATTERN, emitted), emitted
+        assert c.text == _expected_text(tok, vocab, c.token_ids)
     stream = spm_client.completions.create(model=spm_server.model, prompt="Say:", max_tokens=30, stream=True,
                                            extra_body={"guided_regex": PATTERN})
-    streamed = "".join(ch.choices[0].text for ch in stream if ch.choices)
-    assert re.fullmatch(PATTERN, streamed), streamed
+    deltas = [ch.choices[0].text for ch in stream if ch.choices and ch.choices[0].text]
+    assert deltas[0].startswith(" "), deltas
+    assert re.fullmatch(PATTERN, "".join(deltas)), deltas
+
+
+def test_streamed_chat_keeps_the_space(spm_client, spm_server):
+    stream = spm_client.chat.completions.create(
+        model=spm_server.model, messages=[{"role": "user", "content": "hi"}], max_tokens=30, stream=True,
+        extra_body={"guided_regex": PATTERN})
+    text = "".join(ch.choices[0].delta.content or "" for ch in stream if ch.choices)
+    assert re.fullmatch(PATTERN, text), text
+
+
+def test_echo_completion_keeps_the_space(spm_client, spm_server):
+    """With echo the reply continues the prompt's text, where the space separates two words."""
+    r = spm_client.completions.create(model=spm_server.model, prompt="Say:", max_tokens=30, echo=True,
+                                      extra_body={"guided_regex": PATTERN})
+    assert r.choices[0].text.startswith("Say:")
+    assert re.fullmatch(PATTERN, r.choices[0].text[len("Say:"):]), r.choices[0].text
+
+
+def test_byte_level_bpe_reply_keeps_the_space(bpe_server):
+    import openai
+
+    client = openai.OpenAI(base_url=bpe_server.base_url, api_key="EMPTY", max_retries=0, timeout=120)
+    r = client.completions.create(model=bpe_server.model, prompt="Say:", max_tokens=30,
+                                  extra_body={"guided_regex": PATTERN})
+    assert re.fullmatch(PATTERN, r.choices[0].text), r.choices[0].text

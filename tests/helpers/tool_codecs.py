@@ -2,10 +2,12 @@
 model's chat template renders them, parse a reply back into calls, and scan an
 unfinished reply (streaming).
 
-Moved out of the wheel: the product only forces the Hermes envelope
+Moved out of the wheel: the product forces each codec's envelope
 (``poot_vllm.core.tool_calls.forcing``) and leaves reading replies to vLLM's
-tool parsers.  Each :class:`TextCodec` wraps the product codec, so its
-markers, separator and envelope head are the ones poot forces.
+tool parsers.  Each :class:`TextCodec` wraps the product codec and encodes
+calls as the model's template renders them: for hermes that is exactly the
+envelope poot forces; Mistral and Llama 3 are forced without their
+control-token markers (see the product codecs), which these parsers also read.
 """
 
 from __future__ import annotations

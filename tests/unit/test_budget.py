@@ -270,3 +270,92 @@ def test_vocabulary_without_single_byte_closers_has_no_json_budget():
     m = compile_pushdown(json_object_grammar(), vocab).new_matcher()
     m.set_token_budget(3)
     assert not m.supports_budget
+
+
+# ------------------------------------------- budget tables on real vocabularies
+
+REAL_VOCABS = ("llama2-spm-32k", "llama3-bpe-128k")
+REAL_SCHEMAS = {
+    "strings_and_arrays": {
+        "type": "object",
+        "properties": {"name": {"type": "string"}, "tags": {"type": "array", "items": {"type": "string"}}},
+        "required": ["name", "tags"], "additionalProperties": False,
+    },
+    "enum_number_nested": {
+        "type": "object",
+        "properties": {"kind": {"enum": ["alpha", "beta", "gamma delta"]}, "size": {"type": "integer"},
+                       "owner": {"type": "object", "properties": {"id": {"type": "number"}, "ok": {"type": "boolean"}},
+                                 "required": ["id", "ok"], "additionalProperties": False}},
+        "required": ["kind", "size", "owner"], "additionalProperties": False,
+    },
+    "pattern_items": {
+        "type": "array", "minItems": 1,
+        "items": {"type": "object", "properties": {"code": {"type": "string", "pattern": "^[A-Z]{2}-[0-9]{3}$"},
+                                                   "note": {"type": "string", "maxLength": 12}},
+                  "required": ["code", "note"], "additionalProperties": False},
+    },
+}
+
+
+@pytest.fixture(scope="module", params=REAL_VOCABS)
+def real_vocab(request):
+    from transformers import AutoTokenizer
+
+    from poot_vllm.core.vocabulary import TokenVocabulary
+    from tests.bench_data import require_bench
+
+    tok = AutoTokenizer.from_pretrained(str(require_bench("vocab", request.param, "tokenizer.json").parent))
+    return TokenVocabulary.from_tokenizer(tok, stop_ids=[tok.eos_token_id])
+
+
+@pytest.mark.parametrize("name", sorted(REAL_SCHEMAS))
+def test_budget_tables_on_real_vocabularies(real_vocab, name):
+    """Real tokenizers and JSON Schemas: the budget tables give exactly the
+    masks of the trie walk they replace (every state, every budget where they
+    differ from the plain row), a few of them checked token by token against
+    the definition, and budget-aware replies finish in time and validate."""
+    import jsonschema
+
+    from poot_vllm.core.json_schema import compile_json_schema
+    from poot_vllm.core.matchers.dfa import DFAMatcher
+    from tests.unit.mask_helpers import walk
+
+    vocab, schema = real_vocab, REAL_SCHEMAS[name]
+    dfa = compile_json_schema(json.dumps(schema))
+    index = DFAMaskIndex.build(dfa, vocab)
+    walked = DFAMaskIndex.build(dfa, vocab, budget_table_bytes=0)
+    assert walked.budget.grp_tokens.size == 0 and index.budget.grp_tokens.size > 0
+    dist, plain = index.min_tokens_to_accept, index.plain_row_budget
+    row, want = np.zeros(index.words, np.int32), np.zeros(index.words, np.int32)
+    for s in range(index.n_states):
+        for budget in range(int(dist[s]) - 1, int(plain[s]) + 1):
+            index.restricted_mask(s, budget, row)
+            walked.restricted_mask(s, budget, want)
+            assert (row == want).all(), (s, budget)
+
+    rng = random.Random(name)
+    text_ids = [t for t, b in enumerate(vocab.token_bytes) if b is not None and t not in vocab.stop_ids]
+    for s in rng.sample(range(index.n_states), 3):
+        budget = int(plain[s]) - 1
+        index.restricted_mask(s, budget, row)
+        by_definition = {t for t in text_ids if (e := walk(dfa, s, vocab.token_bytes[t])) >= 0
+                         and dist[e] <= budget - 1}
+        if dfa.accepting[s] and budget >= 1:
+            by_definition |= set(vocab.stop_ids)
+        assert allowed_set(row, index.words * 32) == by_definition, s
+
+    shortest = int(dist[dfa.start])
+    for slack in (0, 1, 4):
+        for _ in range(3):
+            m = DFAMatcher(index)
+            m.set_token_budget(shortest + slack)
+            out = []
+            while not m.is_terminated():
+                m.fill_bitmask(row)
+                allowed = sorted(allowed_set(row, vocab.size))
+                tok = rng.choice(allowed)
+                assert m.accept_tokens([tok])
+                if tok not in vocab.stop_ids:
+                    out.append(vocab.token_bytes[tok])
+            assert m.num_accepted <= shortest + slack
+            jsonschema.validate(json.loads(b"".join(out).decode()), schema)

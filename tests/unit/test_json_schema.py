@@ -134,10 +134,11 @@ def test_min_max_properties_narrow_exactly():
 
 
 def test_free_form_object_and_additional_properties_map():
-    check_table({"type": "object"}, accept=['{}', '{"x":[1,"y",null]}', '{"a": "b", "c": 1.5}'],
-                reject=['[]', '{"a"}', '{"x":[1,{"y":null}]}'])  # the last is deeper than FREE_FORM_DEPTH
+    # free-form objects hold one key (docs: no key may repeat); the last is deeper than FREE_FORM_DEPTH
+    check_table({"type": "object"}, accept=['{}', '{"x":[1,"y",null]}', '{"a": "b"}'],
+                reject=['[]', '{"a"}', '{"x":[1,{"y":null}]}', '{"a":1,"a":2}'])
     check_table({"type": "object", "additionalProperties": {"type": "integer"}},
-                accept=['{}', '{"a":1,"b": -2}'], reject=['{"a":"x"}', '{"a":1.5}'])
+                accept=['{}', '{"a":1,"r": -2}'], reject=['{"a":"x"}', '{"a":1.5}', '{"a":1,"a":2}'])
     check_table({"type": "object", "additionalProperties": False}, accept=['{}'], reject=['{"a":1}'])
     samples_validate({"type": "object", "additionalProperties": {"type": "string", "maxLength": 3}})
 
@@ -188,16 +189,56 @@ def test_pattern_is_search_over_decoded_content(pattern, accept, reject):
     samples_validate(schema, n=30)
 
 
-@pytest.mark.parametrize("pattern", [r"(?=a)", r"(a)\1", r"\bword", "(?i)abc", "a*+", "a(^b)*"])
+@pytest.mark.parametrize("pattern", [r"(a)\1", "a*+", r"(?>a)", r"(?=(?<=ab)c)"])
 def test_unsupported_patterns_are_refused_with_pointer(pattern):
     with pytest.raises(UnsupportedConstruct, match=r"'pattern' at /properties/p/pattern"):
         schema_to_regex({"type": "object", "properties": {"p": {"type": "string", "pattern": pattern}}})
 
 
-def test_pattern_with_lengths():
-    check_table({"type": "string", "pattern": "^[0-9]{5}$", "maxLength": 5}, ['"12345"'], ['"1234"'])
-    with pytest.raises(UnsupportedConstruct, match="'maxLength'"):
-        schema_to_regex({"type": "string", "pattern": "^[0-9]+$", "maxLength": 5})
+def _dfa_samples(schema, n: int, seed: int) -> list[str]:
+    """Random replies of the schema's DFA (a walk over live bytes; every state can still finish)."""
+    dfa = regex_to_dfa(schema_to_regex(schema), _BIG_BUDGET)
+    rng, out = random.Random(seed), []
+    while len(out) < n:
+        state, data = dfa.start, bytearray()
+        while not (dfa.accepting[state] and (rng.random() < 0.15 or len(data) > 60)):
+            live = [b for b in range(256) if dfa.transitions[state, b] >= 0]
+            if not live:
+                break
+            byte = rng.choice(live)
+            data.append(byte)
+            state = int(dfa.transitions[state, byte])
+        if dfa.accepting[state]:
+            out.append(data.decode("utf-8"))
+    return out
+
+
+INTERSECTIONS = [
+    # pattern + lengths the pattern does not imply, pattern + format, format + lengths
+    ({"type": "string", "pattern": "^[a-z]+$", "maxLength": 5}, ['"abc"', '"abcde"'], ['"abcdef"', '""', '"ab1"']),
+    ({"type": "string", "pattern": "[0-9]", "minLength": 3, "maxLength": 6},
+     ['"a1b"', '"123456"', '"x\\"9"'], ['"12"', '"abcd"', '"1234567"']),
+    ({"type": "string", "pattern": "(?i)^ab", "minLength": 4}, ['"ABcd"', '"abab"'], ['"ABc"', '"xabc"']),
+    ({"type": "string", "format": "email", "pattern": "@example\\.com$"}, ['"a@example.com"'], ['"a@example.org"']),
+    ({"type": "string", "format": "date", "pattern": "^2024-0[1-6]"}, ['"2024-02-29"'], ['"2023-01-01"', '"2024-07-01"']),
+    ({"type": "string", "format": "uuid", "maxLength": 36, "minLength": 36},
+     ['"123e4567-e89b-12d3-a456-426614174000"'], ['"123e4567"']),
+    ({"type": "string", "format": "ipv4", "maxLength": 9}, ['"10.0.0.1"', '"1.2.3.4"'], ['"10.10.10.1"']),
+]
+
+
+@pytest.mark.parametrize("schema,accept,reject", INTERSECTIONS)
+def test_pattern_format_and_lengths_intersect_exactly(schema, accept, reject):
+    """The keywords together are an automaton intersection (a lookahead up to the closing
+    quote): what the DFA accepts is exactly what jsonschema validates, in both directions."""
+    check_table(schema, accept, reject)
+    for text in _dfa_samples(schema, 40, seed=7):
+        assert is_valid(schema, text), f"emitted invalid value {text!r}"
+
+
+def test_lengths_implied_by_the_pattern_add_nothing():
+    implied = schema_to_regex({"type": "string", "pattern": "^[0-9]{5}$", "maxLength": 5})
+    assert implied == schema_to_regex({"type": "string", "pattern": "^[0-9]{5}$"})
 
 
 @pytest.mark.parametrize(
@@ -438,7 +479,7 @@ def test_untyped_properties_narrow_to_object():
         ({"type": "object", "patternProperties": {"^a": {}}}, "/patternProperties"),
         ({"type": "integer", "multipleOf": 3}, "/multipleOf"),
         ({"type": "array", "contains": {}}, "/contains"),
-        ({"type": "string", "format": "ipv6"}, "/format"),
+        ({"type": "string", "format": "iri"}, "/format"),
         ({"type": "object", "dependentRequired": {"a": ["b"]}}, "/dependentRequired"),
         ({"type": "object", "propertyNames": {"maxLength": 3}}, "/propertyNames"),
     ],
@@ -536,3 +577,54 @@ def test_pattern_agrees_with_re_search_on_decoded_strings(content):
         accepted = matcher_cache(schema)(json.dumps(content, ensure_ascii=False))
         if accepted:
             assert re.search(pattern, content), (pattern, content)
+
+
+# -- unsatisfiable branches are dropped ----------------------------------------------------------------
+def test_unsatisfiable_anyof_branches_are_dropped():
+    schema = {"anyOf": [{"type": "integer", "minimum": 10, "maximum": 5}, {"type": "string", "maxLength": 3}, {"enum": []}]}
+    check_table(schema, accept=['"ab"'], reject=['7', '10', '5'])
+    samples_validate(schema)
+    typed = {"type": ["integer", "null"], "minimum": 10, "maximum": 5}
+    check_table(typed, accept=['null'], reject=['7', '10'])
+
+
+def test_oneof_drops_exactly_empty_branches_and_stays_disjoint():
+    schema = {"oneOf": [{"enum": []}, {"type": "integer", "minimum": 3, "maximum": 1}, {"type": "integer", "maximum": 3},
+                        {"type": "string"}]}
+    check_table(schema, accept=['3', '-5', '"x"'], reject=['4'])
+    samples_validate(schema)
+    # empty only on poot's number grid (1e-20 > 0 is a valid value): still checked for overlap
+    with pytest.raises(UnsupportedConstruct, match=r"'oneOf' at /oneOf: branches 0 and 1"):
+        schema_to_regex({"oneOf": [{"type": "number", "exclusiveMinimum": 0, "maximum": 1e-20}, {"type": "number"}]})
+
+
+def test_nothing_left_is_refused_naming_every_emptied_keyword():
+    with pytest.raises(UnsupportedConstruct) as info:
+        schema_to_regex({"properties": {"x": {"anyOf": [{"enum": []}, {"type": "integer", "minimum": 3, "maximum": 1}]}}})
+    message = str(info.value)
+    assert "at /properties/x/anyOf" in message
+    assert "/properties/x/anyOf/0/enum" in message and "/properties/x/anyOf/1/minimum" in message
+
+
+# -- an automaton over its budget names the schema parts that make it large --------------------------
+def test_budget_refusal_names_the_largest_parts():
+    schema = {"type": "object", "properties": {"body": {"type": "string", "maxLength": 4000},
+                                               "tags": {"type": "array", "items": {"type": "string", "maxLength": 20}, "maxItems": 5},
+                                               "n": {"type": "integer", "minimum": 0, "maximum": 100}}}
+    with pytest.raises(LimitExceeded, match="max_automaton_bytes") as info:
+        compile_json_schema(schema)
+    message = str(info.value)
+    parts = message[message.index("largest parts of the schema: "):]
+    assert re.match(r"largest parts of the schema: /properties/body: maxLength contributes \d+% of it; lower maxLength", parts), parts
+    assert "lower maxLength" in message and "/properties/tags: maxItems" in message
+    # with the two named parts lowered the schema compiles: the parts named were the ones to change
+    schema["properties"]["body"]["maxLength"] = 50
+    schema["properties"]["tags"]["maxItems"] = 2
+    compile_json_schema(schema)
+
+
+def test_budget_refusal_names_defs_pointers_for_refs():
+    schema = {"$defs": {"Big": {"type": "string", "maxLength": 5000}}, "type": "object",
+              "properties": {"a": {"$ref": "#/$defs/Big"}}}
+    with pytest.raises(LimitExceeded, match=r"/\$defs/Big: maxLength contributes"):
+        compile_json_schema(schema)

@@ -172,6 +172,84 @@ def test_restricted_mask_keeps_exactly_the_tokens_that_finish_in_budget(seed):
                 assert got == plain  # the matcher relies on this to skip the walk
 
 
+def brute_restricted(dfa, vocab, dist: list[float], state: int, budget: int) -> set[int]:
+    """The restricted mask by definition: a text token iff its bytes walk from
+    ``state`` without dying to a state that finishes in ``budget - 1`` tokens;
+    the stop ids iff ``state`` accepts and ``budget >= 1``."""
+    want = {t for t, b in enumerate(vocab.token_bytes)
+            if b is not None and t not in vocab.stop_ids and (e := walk(dfa, state, b)) >= 0
+            and dist[e] <= budget - 1}
+    if dfa.accepting[state] and budget >= 1:
+        want |= set(vocab.stop_ids)
+    return want
+
+
+#: How ``restricted_mask`` is made: the budget tables from the tokens the mask
+#: build recorded; the tables from a second walk (nothing recorded); no tables
+#: (their memory bound 0: one trie walk per mask).
+TABLE_MODES = ("recorded", "rewalked", "walk")
+
+
+def _build_in_mode(dfa, vocab, mode: str, monkeypatch) -> DFAMaskIndex:
+    import poot_vllm.core.masks as masks
+
+    if mode == "rewalked":
+        monkeypatch.setattr(masks, "_RECORD_MAX_TOKENS", 0)
+    index = DFAMaskIndex.build(dfa, vocab, budget_table_bytes=0 if mode == "walk" else None)
+    monkeypatch.undo()
+    return index
+
+
+@pytest.mark.parametrize("mode", TABLE_MODES)
+@FAST
+@given(seed=st.integers(0, 2**32), n_states=st.integers(2, 9), p_edge=st.sampled_from([0.3, 0.6, 0.9]))
+def test_restricted_masks_equal_the_definition_for_every_budget(mode, seed, n_states, p_edge):
+    """Every state, every budget (below the shortest completion, through the
+    thresholds, past the plain-row budget), against walking each token's bytes."""
+    with pytest.MonkeyPatch.context() as mp:
+        rng = random.Random(seed)
+        dfa = random_dfa(rng, ALPHABET, n_states, p_edge=p_edge)
+        vocab = random_vocab(rng, ALPHABET, rng.randint(3, 30), extra_size=rng.randint(0, 40),
+                             all_singles=seed % 3 == 0, n_stop=rng.choice([0, 1, 2]))
+        try:
+            index = _build_in_mode(dfa, vocab, mode, mp)
+        except PootError:
+            return  # the vocabulary cannot spell any reply (test_unfinishable_constraint_is_refused)
+    dist = brute_min_tokens(dfa, vocab)
+    top = max(int(index.plain_row_budget.max()), max(d for d in dist if d < math.inf)) + 2
+    row = np.full(index.words, -1, dtype=np.int32)  # stale bits must not survive
+    for s in range(index.n_states):
+        for budget in range(-1, top + 1):
+            index.restricted_mask(s, budget, row)
+            assert allowed_set(row, index.words * 32) == brute_restricted(dfa, vocab, dist, s, budget), (s, budget)
+    if mode == "walk":
+        assert index.budget.grp_tokens.size == 0  # nothing stored past the bound
+
+
+def test_budget_tables_are_counted_and_shared_between_states():
+    """The tables are in ``nbytes`` (what the compiled-artefact cache charges),
+    and one group of tokens is stored once however many states use it."""
+    from poot_vllm.core.automata.compilers import compile_regex
+
+    # Five string fields: inside each, the same tokens end mid-escape (far).
+    dfa = compile_regex(r'\{("[a-z]": "([^"\\]|\\n)*", ){4}"z": 1\}')
+    vocab = make_vocab([bytes([b]) for b in range(32, 127)] + [b'\\', b'", "', b'\\n', b'", "z": 1}', None],
+                       {99}, 100)
+    index = DFAMaskIndex.build(dfa, vocab)
+    assert index.budget_nbytes > 0
+    assert index.nbytes >= index.budget_nbytes + index.rows.nbytes
+    b = index.budget
+    refs = b.ent_ref[b.ent_ref >= 0]
+    assert refs.size > len(b.grp_offsets) - 1  # some stored group serves several states
+    walked = DFAMaskIndex.build(dfa, vocab, budget_table_bytes=0)
+    row, want = np.zeros(index.words, np.int32), np.zeros(index.words, np.int32)
+    for s in range(index.n_states):
+        for budget in range(int(index.min_tokens_to_accept[s]) - 1, int(index.plain_row_budget[s]) + 1):
+            index.restricted_mask(s, budget, row)
+            walked.restricted_mask(s, budget, want)
+            assert (row == want).all(), (s, budget)
+
+
 def test_index_is_read_only():
     dfa, vocab = random_case(7, all_singles=True)
     index = DFAMaskIndex.build(dfa, vocab)

@@ -61,3 +61,94 @@ def test_non_json_schema_text_and_bad_types():
         constraint_from_fields({"guided_choice": []})
     with pytest.raises(PootError):
         constraint_from_fields({"guided_whitespace_pattern": " *", "guided_json": {}})
+
+
+# -- whitespace_pattern: honoured for JSON schemas, a 400 naming the field otherwise -----------------
+def _dfa(constraint):
+    from poot_vllm.core.json_schema import compile_json_schema
+
+    return compile_json_schema(constraint.spec)
+
+
+_PAIR = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]}
+
+
+def test_guided_whitespace_pattern_replaces_the_separators():
+    c = constraint_from_fields({"guided_json": _PAIR, "guided_whitespace_pattern": "[\\n ]{0,2}"})
+    dfa = _dfa(c)
+    for text in ('{"a":1,"b":2}', '{"a":\n 1,\n\n"b": 2}'):
+        assert dfa.matches(text.encode()) and json.loads(text) == {"a": 1, "b": 2}
+    assert not dfa.matches(b'{"a":   1,"b":2}')  # three characters: beyond the pattern
+    compact = _dfa(constraint_from_fields({"guided_whitespace_pattern": ""},
+                                          {"type": "json_schema", "json_schema": {"name": "p", "schema": _PAIR}}))
+    assert compact.matches(b'{"a":1,"b":2}') and not compact.matches(b'{"a": 1,"b":2}')
+
+
+@pytest.mark.parametrize("pattern,needle", [("\\s*", "unbounded"), (" +", "unbounded"), ("[ x]?", "not JSON whitespace"),
+                                            ("[ ]{0,40}", "at most 16"), ("(", "")])
+def test_unusable_whitespace_patterns_are_refused_naming_the_field(pattern, needle):
+    with pytest.raises(PootError) as e:
+        constraint_from_fields({"guided_json": _PAIR, "guided_whitespace_pattern": pattern})
+    assert e.value.field == "guided_whitespace_pattern" and needle in str(e.value)
+
+
+def test_whitespace_pattern_without_a_json_schema_is_refused_not_ignored():
+    for fields in ({"guided_regex": "a+", "guided_whitespace_pattern": " ?"}, {"guided_whitespace_pattern": " ?"}):
+        with pytest.raises(PootError) as e:
+            constraint_from_fields(fields, None)
+        assert e.value.field == "guided_whitespace_pattern" and "JSON schemas only" in str(e.value)
+    with pytest.raises(PootError) as e:
+        constraint_from_fields({"guided_whitespace_pattern": " ?"}, {"type": "json_object"})
+    assert e.value.field == "guided_whitespace_pattern"
+
+
+def test_structured_outputs_params_whitespace_reaches_the_engine_compile():
+    from types import SimpleNamespace
+
+    from poot_vllm.adapter.params import constraint_from_params
+
+    def params(**kw):
+        base = dict(json=None, regex=None, choice=None, grammar=None, json_object=None, structural_tag=None,
+                    whitespace_pattern=None, disable_any_whitespace=False)
+        return SimpleNamespace(**{**base, **kw})
+
+    dfa = _dfa(constraint_from_params(params(json=json.dumps(_PAIR), whitespace_pattern="\\n?")))
+    assert dfa.matches(b'{"a":\n1,\n"b":2}') and not dfa.matches(b'{"a": 1,"b":2}')
+    dfa = _dfa(constraint_from_params(params(json=_PAIR, disable_any_whitespace=True)))
+    assert dfa.matches(b'{"a":1,"b":2}') and not dfa.matches(b'{"a": 1,"b":2}')
+    with pytest.raises(PootError) as e:
+        constraint_from_params(params(regex="a+", whitespace_pattern=" ?"))
+    assert e.value.field == "structured_outputs.whitespace_pattern"
+    with pytest.raises(PootError) as e:
+        constraint_from_params(params(json=_PAIR, whitespace_pattern="\\s*"))
+    assert e.value.field == "structured_outputs.whitespace_pattern" and "unbounded" in str(e.value)
+
+
+def test_chat_request_whitespace_pattern_is_carried_or_refused(monkeypatch):
+    """Through vLLM's own request object: honoured inside the constraint, or a 400 naming the field."""
+    import vllm  # noqa: F401  -- a required test dependency
+    from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+    from vllm.exceptions import VLLMValidationError
+
+    from poot_vllm.adapter.patches import apply_all
+    from poot_vllm.adapter.params import constraint_from_params
+
+    monkeypatch.setenv("POOT_SERVER_BACKEND", "poot")
+    apply_all(eager=True)
+
+    def chat(**extra):
+        return ChatCompletionRequest(model="m", messages=[{"role": "user", "content": "hi"}], **extra)
+
+    rf = {"type": "json_schema", "json_schema": {"name": "p", "schema": _PAIR}}
+    for request in (chat(response_format=rf, structured_outputs={"json": _PAIR, "whitespace_pattern": "\\n?"}),
+                    chat(structured_outputs={"json": _PAIR, "whitespace_pattern": "\\n?"}),
+                    chat(guided_json=_PAIR, guided_whitespace_pattern="\\n?")):
+        so = request.extract_structured_outputs()
+        dfa = _dfa(constraint_from_params(so))  # what the engine compiles
+        assert dfa.matches(b'{"a":\n1,\n"b":2}') and not dfa.matches(b'{"a": 1,"b":2}')
+    for request, field in ((chat(structured_outputs={"json": _PAIR, "whitespace_pattern": "\\s*"}), "structured_outputs.whitespace_pattern"),
+                           (chat(guided_json=_PAIR, guided_whitespace_pattern="\\s*"), "guided_whitespace_pattern"),
+                           (chat(structured_outputs={"regex": "a+", "whitespace_pattern": " ?"}), "structured_outputs.whitespace_pattern")):
+        with pytest.raises(VLLMValidationError) as e:
+            request.extract_structured_outputs()
+        assert e.value.parameter == field

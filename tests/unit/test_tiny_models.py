@@ -21,7 +21,7 @@ import torch  # noqa: E402
 import transformers  # noqa: E402
 
 MAKE_TINY_MODELS = Path(__file__).resolve().parents[2] / "scripts" / "make_tiny_models.py"
-TINY_MODEL_NAMES = ("tiny-llama-spm", "tiny-qwen2-bpe")
+TINY_MODEL_NAMES = ("tiny-llama-spm", "tiny-qwen2-bpe", "tiny-qwen2-bpe-think")
 
 TOOLS = [{
     "type": "function",
@@ -132,7 +132,7 @@ def test_chat_template_renders_tools_hermes_style(tokenizer, arguments):
     calls = _tool_call_payloads(text.split("<|im_start|>assistant", 1)[1])
     assert calls == [{"name": "get_weather", "arguments": {"city": "Paris"}}]
     assert "<|im_start|>user\n<tool_response>\nsunny\n</tool_response><|im_end|>\n" in text
-    assert text.endswith("<|im_start|>assistant\n")
+    assert text.endswith("<|im_start|>assistant\n") or text.endswith("<|im_start|>assistant\n<think>\n")
 
 
 def test_chat_template_without_tools_is_plain_chatml(tokenizer):
@@ -168,3 +168,16 @@ def test_build_is_deterministic(tiny_models_dir, tmp_path):
         fresh = _tree_digest(tmp_path / name)
         assert "model.safetensors" in fresh and "tokenizer.json" in fresh
         assert fresh == _tree_digest(tiny_models_dir / name), name
+
+
+def test_think_model_has_single_think_tokens_and_a_thinking_template(tiny_models_dir):
+    tok = transformers.AutoTokenizer.from_pretrained(str(tiny_models_dir / "tiny-qwen2-bpe-think"))
+    by_text = {t.content: (i, t) for i, t in tok.added_tokens_decoder.items()}
+    for name in ("<think>", "</think>"):
+        assert not by_text[name][1].special, name  # plain: the reasoning parser splits the text at it
+        assert tok.encode(f"a{name}b", add_special_tokens=False).count(by_text[name][0]) == 1
+    messages = [{"role": "user", "content": "hi"}]
+    on = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    off = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False, enable_thinking=False)
+    assert on.endswith("<|im_start|>assistant\n<think>\n")
+    assert off == on + "\n</think>\n\n"

@@ -254,9 +254,9 @@ def _sample(dfa, rnd: random.Random, soft_len: int) -> bytes:
     dist = _dead_end_distances(dfa)
     state, out = dfa.start, bytearray()
     while True:
-        if dfa.accepting[state] and (len(out) >= soft_len or rnd.random() < 0.05):
-            return bytes(out)
         live = np.nonzero(dfa.transitions[state] >= 0)[0]
+        if dfa.accepting[state] and (len(out) >= soft_len or rnd.random() < 0.05 or not len(live)):
+            return bytes(out)
         if len(out) >= soft_len:
             live = [b for b in live if dist[dfa.transitions[state, b]] < dist[state]]
         b = int(rnd.choice(list(live)))
@@ -440,9 +440,14 @@ def test_auto_none_and_omitted_force_nothing(choice):
     assert tool_constraint_for(_request(choice, guided_json={"type": "string"}), Limits(), codec=HERMES) is None
 
 
-def test_formats_poot_cannot_force_are_left_alone():
-    for name in ("mistral", "llama3"):
-        assert tool_constraint_for(_request("required"), Limits(), codec=get_codec(name)) is None
+@pytest.mark.parametrize("name", ["mistral", "llama3"])
+def test_mistral_and_llama3_are_forced_in_their_own_format(name):
+    constraint, field = tool_constraint_for(_request("required"), Limits(), codec=get_codec(name))
+    assert field == "tools" and json.loads(constraint.spec)["codec"] == name
+
+
+def test_a_parser_poot_does_not_know_forces_nothing():
+    assert tool_constraint_for(_request("required"), Limits(), codec=None) is None
 
 
 @pytest.mark.parametrize("request_,needle", [
@@ -487,7 +492,9 @@ def test_tool_parser_choice_cli(tmp_path, monkeypatch, capsys):
     (tmp_path / "chat_template.jinja").write_text("{{ '<tool_call>' }}")
     assert main([str(tmp_path)]) == 0 and capsys.readouterr().out.strip() == "hermes"
     (tmp_path / "chat_template.jinja").write_text("{{ '[TOOL_CALLS]' }}")
-    assert main([str(tmp_path)]) == 1 and codec_for_model_dir(tmp_path).name == "mistral"
+    assert main([str(tmp_path)]) == 0 and capsys.readouterr().out.strip() == "mistral"
+    (tmp_path / "chat_template.jinja").write_text("{{- '<|python_tag|>' }}")
+    assert main([str(tmp_path)]) == 0 and capsys.readouterr().out.strip() == "llama3_json"
 
 
 # --- the response hook against vLLM's real parser classes -------------------------
@@ -557,3 +564,89 @@ def test_forced_reply_is_read_in_the_parsers_own_format(hermes_parser_cls, monke
             return None
 
     assert [readable(c) for c in unforced or []] != [canonical(c) for c in calls]
+
+
+# --- Mistral and Llama 3: forced in the format their vLLM parser reads -----------------
+@pytest.fixture(scope="module")
+def family_parsers(tiny_models_dir):
+    """vLLM's mistral and llama3_json tool parsers; they need their marker token in the
+    vocabulary, so the tiny Qwen2 tokenizer gets them as added special tokens."""
+    from transformers import AutoTokenizer
+    from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+    from vllm.tool_parsers.llama_tool_parser import Llama3JsonToolParser
+    from vllm.tool_parsers.mistral_tool_parser import MistralToolParser
+
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_models_dir / "tiny-qwen2-bpe"))
+    tokenizer.add_special_tokens({"additional_special_tokens": ["<|python_tag|>", "[TOOL_CALLS]"]})
+    tools = [{"type": "function", "function": {"name": n, "parameters": p or {}}} for n, p in MARKUP_TOOLS]
+
+    def request(tool_choice):
+        return ChatCompletionRequest(model="m", messages=[{"role": "user", "content": "hi"}],
+                                     tool_choice=tool_choice, tools=tools)
+
+    classes = {"mistral": MistralToolParser, "llama3": Llama3JsonToolParser}
+    return lambda name, tool_choice: (classes[name](tokenizer, request(tool_choice).tools), request(tool_choice))
+
+
+@pytest.mark.parametrize("name", ["mistral", "llama3"])
+@pytest.mark.parametrize("parallel", [False, True])
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), soft_len=st.integers(30, 300))
+def test_sampled_forced_replies_parse_back_through_the_familys_vllm_parser(family_parsers, name, parallel, seed,
+                                                                            soft_len):
+    dfa = compile_automaton(Constraint(Kind.TOOL_CALL, tool_call_spec(MARKUP_TOOLS, parallel=parallel, codec=name)))
+    reply = _sample(dfa, random.Random(seed), soft_len).decode("utf-8")
+    # An independent read of the forced text: the envelope, then each call's JSON, in order.
+    codec = get_codec(name)
+    assert reply.startswith(codec.prefix) and reply.endswith(codec.suffix)
+    body, expected = reply[len(codec.prefix):len(reply) - len(codec.suffix)], []
+    decoder = json.JSONDecoder()
+    while True:
+        obj, end = decoder.raw_decode(body)
+        assert list(obj)[0] == "name"  # the streaming parsers need the name first
+        expected.append((obj["name"], obj["arguments" if name == "mistral" else "parameters"]))
+        body = body[end:]
+        if not body:
+            break
+        assert body.startswith(codec.separator) and parallel
+        body = body[len(codec.separator):]
+    for tool, args in expected:
+        if tool == "markup":
+            jsonschema.validate(args, MARKUP)
+        else:
+            assert args == {}
+
+    tool_choice = "required" if parallel else {"type": "function", "function": {"name": expected[0][0]}}
+    parser, request = family_parsers(name, tool_choice)
+    info = parser.extract_tool_calls(reply, request)
+    assert info.tools_called and not info.content
+    assert [(c.function.name, json.loads(c.function.arguments)) for c in info.tool_calls] == expected
+
+
+@given(inside=st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=10))
+@settings(max_examples=40, deadline=None)
+def test_mistral_arguments_cannot_spell_its_marker(inside):
+    """vLLM's mistral parser splits the reply at the text ``[TOOL_CALLS]``: a string inside the
+    arguments may hold every character, but ``_`` only as ``\\u005f``."""
+    dfa = compile_automaton(Constraint(Kind.TOOL_CALL, tool_call_spec(MARKUP_TOOLS, parallel=True, codec="mistral")))
+    head = '[{"name": "markup", "arguments":{"<key>":"","html":"<a>","tag":7,"text":"'
+    state = dfa.step(dfa.start, (head + json.dumps(inside, ensure_ascii=False)[1:-1].replace("_", "\\u005f")).encode())
+    assert state >= 0
+    assert dfa.step(state, b"[TOOL_CALLS]") < 0 and dfa.step(state, b"_") < 0
+    end = dfa.step(state, b'\\u005b\\u005fTOOL\\u005fCALLS]"}}]')
+    assert end >= 0 and dfa.accepting[end]
+
+
+@pytest.mark.parametrize("name", ["mistral", "llama3"])
+def test_looped_and_wrapped_dfa_is_the_minimal_dfa_of_the_written_out_regex(name):
+    for parallel in (False, True):
+        spec = tool_call_spec(MARKUP_TOOLS, parallel=parallel, codec=name)
+        built = compile_tool_call_constraint(spec)
+        reference = regex_to_dfa(tool_call_regex(spec), Limits(max_automaton_bytes=1 << 30))
+        assert np.array_equal(built.transitions, reference.transitions)
+        assert np.array_equal(built.accepting, reference.accepting)
+
+
+def test_a_mistral_tool_name_holding_its_marker_is_refused():
+    with pytest.raises(PootError, match="TOOL_CALLS"):
+        compile_tool_call_constraint(tool_call_spec([("x[TOOL_CALLS]", None)], parallel=False, codec="mistral"))

@@ -47,6 +47,7 @@ HOOK_MODULES = (
     "budget_admission",
     "tool_responses",
     "serving_offload",
+    "leading_space",
 )
 
 

@@ -54,6 +54,11 @@ def record_from_engine_client(engine_client) -> None:
     backend = getattr(config, "backend", None)
     if backend:
         record_server_backend(backend, from_config=True)
+    from poot_vllm.adapter.server_state import record_reasoning_end_tokens
+
+    reasoning = getattr(getattr(engine_client, "vllm_config", None), "reasoning_config", None)
+    if reasoning is not None and getattr(reasoning, "enabled", False) and reasoning.reasoning_end_token_ids:
+        record_reasoning_end_tokens(len(reasoning.reasoning_end_token_ids))
 
 
 def apply() -> None:

@@ -44,7 +44,7 @@ def apply() -> None:
                 refuse_dropped_fields(self)
             params = orig(self, max_tokens, *args, **kwargs)
             if poot_is_server_backend():
-                admit(params, max_tokens_field(self))
+                admit(params, max_tokens_field(self), reasoning_first=getattr(self, "include_reasoning", True))
             return params
 
         return to_sampling_params

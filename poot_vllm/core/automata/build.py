@@ -32,11 +32,29 @@ Working memory, charged to :class:`Budget` (documented in
 * 4 bytes per entry of the NFA's materialized first/follow sets;
 * per DFA state, 16 bytes + 4 per item in its subset + 8 per distinct
   transition range (maximal run of bytes with one live target) of its row.
+
+**Zero-width assertions** (:class:`~poot_vllm.core.regex.ast.Look`: anchors,
+``\\b``/``\\B`` and lookarounds) cost nothing on regexes without them.
+
+* An assertion whose body is one character class (``\\b \\B \\A \\Z``,
+  MULTILINE ``^ $``, ``(?=\\d)``) is *static*: every class of the regex is
+  split by the assertion bodies (the parts are ordinary positions and
+  classes, charged as above), so the class of the neighbouring position
+  decides it, and follow sets are closed through it once per position
+  (4 bytes per entry of the closed sets).  The plain subset construction
+  then runs unchanged.
+* Any other lookaround runs its own DFA -- ``.*B`` from the start of the
+  text for a lookbehind (a *tracker*, part of every state), ``B.*`` from the
+  assertion for a lookahead (an *obligation* carried by the items after
+  it) -- built by :func:`regex_tree_to_dfa` on the same budget, with all the
+  charges above.  Per state of that construction: 16 bytes + 4 per item +
+  4 per pending obligation + 4 per tracker, and 8 per transition range.
 """
 
 from __future__ import annotations
 
 from collections import deque
+from functools import lru_cache
 from typing import Iterator, Union
 
 import numpy as np
@@ -45,6 +63,7 @@ from poot_vllm.core.automata.dfa import DFA
 from poot_vllm.core.automata.utf8 import DONE, CodepointAutomaton, codepoint_automaton
 from poot_vllm.core.errors import LimitExceeded, PootError
 from poot_vllm.core.regex import ast
+from poot_vllm.core.regex import charsets as cs
 from poot_vllm.core.regex.factor import factor
 
 POSITION_BYTES = 16
@@ -120,9 +139,10 @@ _Frag = tuple[bool, PosSet, PosSet]  # (nullable, first, last)
 class _Glushkov:
     """Positions, each position's class, and each position's follow contributions."""
 
-    def __init__(self, budget: Budget, class_index: dict[ast.Chars, int]) -> None:
+    def __init__(self, budget: Budget, class_index: dict[ast.Chars, int], look_index: "dict[ast.Look, int] | None" = None) -> None:
         self.budget = budget
         self.class_index = class_index
+        self.look_index = look_index or {}
         self.pos_class: list[int] = []
         self.follow: list[list[frozenset[int]]] = []
 
@@ -170,6 +190,13 @@ class _Glushkov:
                 n, f, l = self.build(item)
                 nullable, first, last = nullable or n, _union(first, f), _union(last, l)
             return (nullable, first, last)
+        if isinstance(node, ast.Look):
+            # A zero-width position: its class is -1 - (the assertion's index).
+            p = len(self.pos_class)
+            self.pos_class.append(-1 - self.look_index[node])
+            self.follow.append([])
+            s = frozenset((p,))
+            return (False, s, s)
         return self._repeat(node)
 
     def _repeat(self, node: ast.Repeat) -> _Frag:
@@ -190,14 +217,43 @@ class _Glushkov:
         return frag if tail is None else self.concat2(frag, tail)
 
 
-def _distinct_classes(node: ast.Node, out: dict[ast.Chars, int]) -> None:
+def _distinct_classes(node: ast.Node, out: dict[ast.Chars, int], looks: "dict[ast.Look, int] | None" = None) -> None:
+    """Each distinct class (and, given ``looks``, each distinct assertion) in first-seen order."""
     if isinstance(node, ast.Chars):
         out.setdefault(node, len(out))
     elif isinstance(node, (ast.Concat, ast.Alt)):
         for item in node.items:
-            _distinct_classes(item, out)
+            _distinct_classes(item, out, looks)
+    elif isinstance(node, ast.Look):
+        if looks is not None:
+            looks.setdefault(node, len(looks))
     else:
-        _distinct_classes(node.item, out)
+        _distinct_classes(node.item, out, looks)
+
+
+def _is_static(look: ast.Look) -> bool:
+    """One character class as the body: decided by the neighbouring position alone."""
+    return isinstance(look.body, ast.Chars)
+
+
+def _refine(node: ast.Node, atoms: "list[cs.CodepointSet]", memo: dict) -> ast.Node:
+    """Split every class into its parts in ``atoms`` (lookaround bodies untouched)."""
+    hit = memo.get(id(node))
+    if hit is not None:
+        return hit[1]
+    if isinstance(node, ast.Chars):
+        parts = [cs.intersect(node.ranges, atom) for atom in atoms]
+        out: ast.Node = ast.alt([ast.Chars(p) for p in parts if p])
+    elif isinstance(node, ast.Concat):
+        out = ast.concat([_refine(i, atoms, memo) for i in node.items])
+    elif isinstance(node, ast.Alt):
+        out = ast.alt([_refine(i, atoms, memo) for i in node.items])
+    elif isinstance(node, ast.Repeat):
+        out = ast.repeat(_refine(node.item, atoms, memo), node.min, node.max)
+    else:
+        out = node
+    memo[id(node)] = (node, out)
+    return out
 
 
 # --- byte classes -----------------------------------------------------------------
@@ -221,7 +277,10 @@ def byte_classes(boundaries: "set[int]") -> tuple[np.ndarray, list[int]]:
 def regex_tree_to_dfa(node: ast.Node, budget: Budget) -> DFA:
     """Compile a parsed regex to a minimal trimmed DFA, charging ``budget``."""
     nfa = _ByteNFA(node, budget)
-    table, accepting = _subset_construction(nfa, budget)
+    if nfa.dynamic:
+        table, accepting = _LookStates(nfa).subset_construction(budget)
+    else:
+        table, accepting = _subset_construction(nfa, budget)
     return finalize(table, accepting, 0, nfa.byte_to_class)
 
 
@@ -238,6 +297,16 @@ def regex_tree_matches(node: ast.Node, texts: "list[bytes]", budget: Budget) -> 
     nfa = _ByteNFA(node, budget)
     b2c = nfa.byte_to_class.tolist()
     results = []
+    if nfa.dynamic:
+        states = _LookStates(nfa)
+        for text in texts:
+            state: "_Composite | None" = states.start
+            for byte in text:
+                state = states.step(state, b2c[byte])
+                if state is None:
+                    break
+            results.append(state is not None and states.accepting(state))
+        return results
     for text in texts:
         items = nfa.start_items
         for byte in text:
@@ -264,11 +333,27 @@ class _ByteNFA:
                 "(an empty class such as [^\\s\\S], or a lone surrogate)"
             )
         node = factor(node)
+        class_index: dict[ast.Chars, int] = {}
+        look_index: dict[ast.Look, int] = {}
+        _distinct_classes(node, class_index, look_index)
+        static_sets = [look.body.ranges for look in look_index if _is_static(look)]  # type: ignore[union-attr]
+        static_sets += [c for look in look_index for c in _context_sets(look)]
+        if static_sets:
+            node = _refine(node, cs.partition(static_sets), {})
+            class_index = {}
+            _distinct_classes(node, class_index)
         n_positions = ast.position_count(node)
         budget.charge(POSITION_BYTES * n_positions, f"expanding counted repetitions to {n_positions} NFA positions")
 
-        class_index: dict[ast.Chars, int] = {}
-        _distinct_classes(node, class_index)
+        #: Assertions whose body is one character class are decided from the
+        #: neighbouring positions alone (classes are refined so each lies
+        #: inside or outside every such body); the others run their own automata.
+        self.static: list[bool] = [_is_static(look) for look in look_index]
+        self.looks = [None if static else _LookAutomaton(look, budget) for look, static in zip(look_index, self.static)]
+        self.look_nodes = list(look_index)
+        #: With only static assertions, follow sets are closed through them and
+        #: the plain subset construction runs; else :class:`_LookStates`.
+        self.dynamic = not all(self.static)
         automata: list[CodepointAutomaton] = []
         boundaries: set[int] = set()
         for chars in class_index:
@@ -282,9 +367,21 @@ class _ByteNFA:
                 for lo, hi, _ in edges:
                     boundaries.add(lo)
                     boundaries.add(hi + 1)
-        self.byte_to_class, _ = byte_classes(boundaries)
+        for look in self.looks:
+            if look is not None:
+                boundaries.update(look.boundaries())
+        self.byte_to_class, class_starts = byte_classes(boundaries)
+        self.class_sets = [chars.ranges for chars in class_index]
+        for look in self.looks:
+            if look is not None:
+                look.to_classes(class_starts)
+        #: ``inside[class][assertion]``: the class lies inside that static assertion's body.
+        self.inside: list[list[bool]] = [
+            [static and bool(cs.intersect(chars.ranges, look.body.ranges)) for look, static in zip(look_index, self.static)]
+            for chars in class_index
+        ]
 
-        nfa = _Glushkov(budget, class_index)
+        nfa = _Glushkov(budget, class_index, look_index)
         nullable, first, last = nfa.build(node)
         n = len(nfa.pos_class)
         assert n == n_positions, (n, n_positions)
@@ -307,6 +404,41 @@ class _ByteNFA:
         self._mid_info: list[tuple[int, int]] = []
         # item -> [((first class, end class), target item set)]
         self._moves: dict[int, list[tuple[tuple[int, int], frozenset[int]]]] = {}
+        self._closed: dict[int, frozenset[int]] = {}
+        if look_index and not self.dynamic:
+            self.start_items = self.close_static(self.start_items, None)
+
+    def close_static(self, raw: "frozenset[int]", prev: "int | None") -> frozenset[int]:
+        """Positions reached from ``raw`` through static assertions, after position ``prev`` (None: the start).
+
+        A lookbehind is decided by ``prev``'s class, a lookahead by the class
+        of the position the path reaches (the end of the text at ``final``).
+        """
+        final, pos_class, inside, nodes = self.final, self._pos_class, self.inside, self.look_nodes
+        out: set[int] = set()
+        stack: list[tuple[int, frozenset[int]]] = [(p, _NO_POSITIONS) for p in raw]
+        seen: set[tuple[int, frozenset[int]]] = set()
+        while stack:
+            entry = stack.pop()
+            p, pending = entry
+            if p >= final or pos_class[p] >= 0:
+                if all((p < final and inside[pos_class[p]][j]) != nodes[j].negated for j in pending):
+                    out.add(p)
+                continue
+            if entry in seen:
+                continue
+            seen.add(entry)
+            j = -1 - pos_class[p]
+            look = nodes[j]
+            if look.behind:
+                if (prev is not None and inside[pos_class[prev]][j]) == look.negated:
+                    continue
+            else:
+                pending = pending | {j}
+            for q in self._follow_set(p):
+                stack.append((q, pending))
+        self._budget.charge(SET_ENTRY_BYTES * len(out), "building the NFA's follow sets")
+        return frozenset(out)
 
     def _follow_set(self, p: int) -> frozenset[int]:
         fs = self._follow_sets.get(p)
@@ -332,7 +464,13 @@ class _ByteNFA:
         out = []
         for span, target in self._class_edges[self._pos_class[p]][q]:
             if target == DONE:
-                out.append((span, self._follow_set(p)))
+                if self.look_nodes and not self.dynamic:
+                    closed = self._closed.get(p)
+                    if closed is None:
+                        closed = self._closed[p] = self.close_static(self._follow_set(p), p)
+                    out.append((span, closed))
+                else:
+                    out.append((span, self._follow_set(p)))
             else:
                 key = (p, target)
                 mid = self._mid_items.get(key)
@@ -354,6 +492,340 @@ class _ByteNFA:
             if lo <= byte_class < end
         ]
         return frozenset().union(*targets)
+
+
+# --- zero-width assertions -------------------------------------------------------------
+
+_ANY_RUN = ast.Repeat(ast.Chars(cs.ANY_CHAR), 0, None)
+
+
+@lru_cache(maxsize=1)
+def _any_run_dfa() -> tuple[np.ndarray, np.ndarray]:
+    """The DFA of ``(?s:.*)``: every valid UTF-8 text (9 states, built once)."""
+    dfa = regex_tree_to_dfa(_ANY_RUN, Budget(1 << 20))
+    return dfa.transitions, dfa.accepting
+
+
+def _universal_states(t: np.ndarray, acc: np.ndarray) -> list[bool]:
+    """Per state of a byte table: does it accept every continuation (every valid UTF-8 text)?
+
+    ``B.*`` is not always closed under extension (``B`` may end with an end
+    anchor: ``$`` is ``(?=\\n?\\Z)``), so a lookahead is only decided early in
+    these states.  A state is universal iff it is equivalent to the start of
+    ``(?s:.*)``: the product walk with that DFA never disagrees.
+    """
+    u, u_acc = _any_run_dfa()
+    result: list[bool] = []
+    memo: dict[tuple[int, int], bool] = {}
+    for s in range(t.shape[0]):
+        seen = {(s, 0)}
+        stack = [(s, 0)]
+        ok = True
+        while stack and ok:
+            a, b = stack.pop()
+            if memo.get((a, b)):
+                continue
+            if acc[a] != u_acc[b] or not np.array_equal(t[a] >= 0, u[b] >= 0):
+                ok = False
+                break
+            for byte in np.nonzero(u[b] >= 0)[0].tolist():
+                pair = (int(t[a, byte]), int(u[b, byte]))
+                if pair not in seen:
+                    seen.add(pair)
+                    stack.append(pair)
+        if ok:
+            for pair in seen:
+                memo[pair] = True
+        result.append(ok)
+    return result
+
+
+def _context_sets(look: ast.Look) -> list[cs.CodepointSet]:
+    """The one-class lookbehind bodies directly in a lookahead's body (``(?=\\bx)``, ``(?=.*^a)``).
+
+    Those read the character before the lookahead; the parser allows no other
+    lookbehind-type assertion inside a lookahead.
+    """
+    if look.behind:
+        return []
+    out: list[cs.CodepointSet] = []
+    stack = [look.body]
+    while stack:
+        top = stack.pop()
+        if isinstance(top, ast.Look):
+            if top.behind and isinstance(top.body, ast.Chars):
+                out.append(top.body.ranges)
+        elif isinstance(top, (ast.Concat, ast.Alt)):
+            stack.extend(top.items)
+        elif isinstance(top, ast.Repeat):
+            stack.append(top.item)
+    return out
+
+
+def _body_dfa(tree: ast.Node, budget: Budget) -> "DFA | None":
+    try:
+        return regex_tree_to_dfa(tree, budget)
+    except LimitExceeded:
+        raise
+    except PootError:
+        return None  # the body matches no string
+
+
+class _LookAutomaton:
+    """The DFA one assertion runs: ``.*B`` from the text's start for a lookbehind
+    (it holds where that DFA accepts), ``B.*`` from the assertion's point for a
+    lookahead (decided once that DFA accepts everything or dies, else by the
+    end of the text).
+
+    Built by :func:`regex_tree_to_dfa` on the same budget, so a body may hold
+    assertions of its own (the parser keeps lookahead-type ones out of
+    lookbehinds, and lookbehind-type ones out of lookaheads unless they test
+    one character class).  A lookahead whose body tests the character before
+    it (``(?=.*\\bfoo)``) gets two automata in one table: ``B.*`` for the
+    start of the text and ``.B.*`` entered after one character of the
+    preceding position's class (classes are refined so that one stands for
+    all).  A start state of -1 means the body matches nothing.
+    """
+
+    def __init__(self, look: ast.Look, budget: Budget) -> None:
+        self.behind = look.behind
+        self.negated = look.negated
+        tree = ast.concat([_ANY_RUN, look.body] if look.behind else [look.body, _ANY_RUN])
+        parts = [_body_dfa(tree, budget)]
+        self.contextual = bool(_context_sets(look))
+        if self.contextual:
+            parts.append(_body_dfa(ast.concat([ast.Chars(cs.ANY_CHAR), tree]), budget))
+        tables, accepting, self.starts = [], [], []
+        offset = 0
+        for dfa in parts:
+            if dfa is None:
+                self.starts.append(-1)
+                continue
+            t = dfa.transitions
+            tables.append(np.where(t >= 0, t + offset, -1))
+            accepting.append(dfa.accepting)
+            self.starts.append(offset)
+            offset += t.shape[0]
+        self.transitions = np.concatenate(tables) if tables else np.full((0, 256), -1, dtype=np.int32)
+        self.accepts: list[bool] = np.concatenate(accepting).tolist() if accepting else []
+        #: States whose language is every text: a lookahead is decided there.
+        self.universal: list[bool] = _universal_states(self.transitions, np.asarray(self.accepts, dtype=bool))
+        self.table: list[list[int]] = []
+        self._after: dict[int, int] = {}
+
+    @property
+    def start(self) -> int:
+        """The start state with nothing before (-1: the body matches nothing)."""
+        return self.starts[0]
+
+    def start_after(self, prev_class: "cs.CodepointSet | None", key: int) -> int:
+        """The start state after a character of ``prev_class`` (None: at the start of the text)."""
+        if prev_class is None or not self.contextual:
+            return self.starts[0]
+        state = self._after.get(key)
+        if state is None:
+            state = self.starts[1]
+            for byte in chr(prev_class[0][0]).encode():
+                if state < 0:
+                    break
+                state = int(self.transitions[state, byte])
+            self._after[key] = state
+        return state
+
+    def boundaries(self) -> set[int]:
+        """Bytes where some column of the DFA changes (so byte classes refine it)."""
+        t = self.transitions
+        if not t.shape[0]:
+            return set()
+        return {0} | set((np.nonzero((t[:, 1:] != t[:, :-1]).any(axis=0))[0] + 1).tolist())
+
+    def to_classes(self, class_starts: list[int]) -> None:
+        self.table = self.transitions[:, class_starts].tolist()
+
+
+# A state of the assertion construction: the items, each a (Glushkov item,
+# pending lookahead obligations), and the state of every lookbehind tracker.
+_Obligations = frozenset  # of (assertion index, state of its DFA)
+_Composite = tuple  # (frozenset[(int, _Obligations)], tuple[int, ...])
+_NO_OBLIGATIONS: frozenset = frozenset()
+
+
+class _LookStates:
+    """Subset construction for a regex with zero-width assertions.
+
+    The Glushkov NFA has one zero-width position per assertion occurrence.
+    Moving into it is decided on the spot: a lookbehind by its tracker (the
+    DFA of ``.*B``, run over the whole text as a part of every state), a
+    lookahead by attaching an *obligation* -- its DFA's state -- to the
+    items that follow.  Obligations read the following bytes with their item:
+    a positive one is discharged when its DFA reaches a state that accepts
+    every continuation and kills the item when it dies, a negative one the
+    reverse.  An item at the end of the pattern accepts when every pending
+    obligation is decided right by the end of the text (its DFA accepts the
+    empty rest, or for a negative one does not).  Everything stays finite
+    (states of finitely many DFAs), and the result is minimized like any
+    other DFA, so ``\\bcat\\b`` costs a few states more than ``cat``.
+    """
+
+    def __init__(self, nfa: "_ByteNFA") -> None:
+        self.nfa = nfa
+        self.final = nfa.final
+        self.looks = nfa.looks
+        self.slots = [i for i, look in enumerate(nfa.looks) if look is not None and look.behind]
+        trackers = tuple(nfa.looks[i].start for i in self.slots)  # type: ignore[union-attr]
+        self.slot_of = {look: k for k, look in enumerate(self.slots)}
+        items: set = set()
+        self._close(nfa.start_items, _NO_OBLIGATIONS, trackers, None, items)
+        self.start: _Composite = (frozenset(items), trackers)
+
+    def _close(self, raw: "frozenset[int]", obligations: frozenset, trackers: tuple, prev: "int | None", out: set) -> None:
+        """Add the items reached from positions ``raw`` through zero-width positions.
+
+        ``prev`` is the position whose character was just read (None at the
+        start): static lookbehinds are decided by its class, static
+        lookaheads by the class of the position the path reaches.
+        """
+        nfa, looks, final = self.nfa, self.looks, self.final
+        pos_class, inside, nodes = nfa._pos_class, nfa.inside, nfa.look_nodes
+        stack = [(p, obligations, _NO_POSITIONS) for p in raw]
+        seen: set = set()
+        while stack:
+            entry = stack.pop()
+            p, ob, pending = entry
+            if p >= final or pos_class[p] >= 0:
+                if all((p < final and inside[pos_class[p]][j]) != nodes[j].negated for j in pending):
+                    out.add((p, ob))
+                continue
+            if entry in seen:
+                continue
+            seen.add(entry)
+            index = -1 - pos_class[p]
+            look = looks[index]
+            if look is None:  # static
+                if nodes[index].behind:
+                    if (prev is not None and inside[pos_class[prev]][index]) == nodes[index].negated:
+                        continue
+                else:
+                    pending = pending | {index}
+            elif look.behind:
+                t = trackers[self.slot_of[index]]
+                if (t >= 0 and look.accepts[t]) == look.negated:
+                    continue
+            else:
+                s0 = look.start_after(None if prev is None else nfa.class_sets[pos_class[prev]],
+                                      -1 if prev is None else pos_class[prev])
+                if s0 < 0 or look.universal[s0]:
+                    # the body matches nothing, or every text: decided here
+                    if (s0 >= 0) == look.negated:
+                        continue
+                else:
+                    ob = ob | {(index, s0)}
+            for q in nfa._follow_set(p):
+                stack.append((q, ob, pending))
+
+    def step(self, state: _Composite, byte_class: int) -> "_Composite | None":
+        """The state after one byte of class ``byte_class`` (None: dead)."""
+        items, trackers = state
+        looks, final = self.looks, self.final
+        if trackers:
+            trackers = tuple(
+                looks[i].table[t][byte_class] if t >= 0 else -1 for i, t in zip(self.slots, trackers)  # type: ignore[union-attr]
+            )
+        out: set = set()
+        mid_info = self.nfa._mid_info
+        for base, ob in items:
+            if base == final:
+                continue
+            targets = [target for (lo, end), target in self.nfa.moves(base) if lo <= byte_class < end]
+            if not targets:
+                continue
+            prev = base if base < final else mid_info[base - final - 1][0]
+            if ob:
+                kept = []
+                for index, s in ob:
+                    look = looks[index]
+                    s = look.table[s][byte_class]  # type: ignore[union-attr]
+                    hit = s >= 0 and look.universal[s]  # type: ignore[union-attr]
+                    if look.negated:  # type: ignore[union-attr]
+                        if hit:
+                            break
+                        if s >= 0:
+                            kept.append((index, s))
+                    else:
+                        if s < 0:
+                            break
+                        if not hit:
+                            kept.append((index, s))
+                else:
+                    self._advance(targets, frozenset(kept), trackers, prev, out)
+                continue
+            self._advance(targets, ob, trackers, prev, out)
+        return (frozenset(out), trackers) if out else None
+
+    def _advance(self, targets: list, ob: frozenset, trackers: tuple, prev: int, out: set) -> None:
+        final = self.final
+        for target in targets:
+            if len(target) == 1:
+                (t,) = target
+                if t > final:  # part-way through a character
+                    out.add((t, ob))
+                    continue
+            self._close(target, ob, trackers, prev, out)
+
+    def accepting(self, state: _Composite) -> bool:
+        final, looks = self.final, self.looks
+        # A pending lookahead is decided by the end of the text: it holds iff its DFA accepts the empty rest.
+        return any(
+            base == final and all(looks[i].accepts[s] != looks[i].negated for i, s in ob)  # type: ignore[union-attr]
+            for base, ob in state[0]
+        )
+
+    def subset_construction(self, budget: Budget) -> tuple[np.ndarray, np.ndarray]:
+        """Class-level table (n, n_classes), -1 for dead, and accepting flags."""
+        nfa = self.nfa
+        n_classes = int(nfa.byte_to_class[-1]) + 1
+        stage = "building the DFA (with assertions)"
+
+        def cost(state: _Composite) -> int:
+            items, trackers = state
+            return STATE_BYTES + SUBSET_ITEM_BYTES * (len(items) + sum(len(ob) for _, ob in items) + len(trackers))
+
+        ids: dict[_Composite, int] = {self.start: 0}
+        states = [self.start]
+        budget.charge(cost(self.start), stage)
+        rows: list[list[int]] = []
+        accepting: list[bool] = []
+        sid = 0
+        while sid < len(states):
+            state = states[sid]
+            accepting.append(self.accepting(state))
+            live: set[int] = set()
+            for base, _ in state[0]:
+                if base != self.final:
+                    for (lo, end), _ in nfa.moves(base):
+                        live.update(range(lo, end))
+            row = [-1] * n_classes
+            prev = -2
+            ranges = 0
+            for c in sorted(live):
+                nxt = self.step(state, c)
+                if nxt is None:
+                    continue
+                t = ids.get(nxt)
+                if t is None:
+                    t = len(states)
+                    ids[nxt] = t
+                    states.append(nxt)
+                    budget.charge(cost(nxt), stage)
+                row[c] = t
+                if t != prev or (c > 0 and row[c - 1] != t):
+                    ranges += 1
+                prev = t
+            budget.charge(RANGE_BYTES * ranges, stage)
+            rows.append(row)
+            sid += 1
+        return np.asarray(rows, dtype=np.int32).reshape(len(rows), n_classes), np.asarray(accepting, dtype=bool)
+
 
 
 def _subset_construction(nfa: _ByteNFA, budget: Budget) -> tuple[np.ndarray, np.ndarray]:

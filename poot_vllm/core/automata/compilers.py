@@ -26,7 +26,7 @@ from poot_vllm.core.errors import LimitExceeded, PootError
 from poot_vllm.core.limits import DEFAULT_LIMITS, Limits
 from poot_vllm.core.regex.parser import parse
 
-__all__ = ["compile_regex", "compile_choice", "regex_escape", "regex_to_dfa", "regex_matches"]
+__all__ = ["compile_regex", "compile_choice", "regex_escape", "regex_to_dfa", "regex_matches", "regex_excerpt"]
 
 
 def _utf8_size(text: str) -> int:
@@ -41,7 +41,32 @@ def compile_regex(pattern: str, limits: Limits = DEFAULT_LIMITS) -> DFA:
     size = _utf8_size(pattern)
     if size > limits.max_regex_bytes:
         raise LimitExceeded(f"the regex ({size} bytes)", "max_regex_bytes", limits.max_regex_bytes, "bytes")
-    return regex_to_dfa(pattern, limits)
+    try:
+        return regex_to_dfa(pattern, limits)
+    except LimitExceeded as exc:
+        if exc.limit_name != "max_automaton_bytes":
+            raise
+        # The build's own message names only the stage it stopped in; the user
+        # needs to know *which* regex (a request may carry several, e.g. tools)
+        # and what in it to change.
+        raise LimitExceeded(
+            f"the automaton of the regex {regex_excerpt(pattern)}", exc.limit_name, exc.limit, exc.unit,
+            (exc.detail + "; " if exc.detail else "")
+            + "large counts {m,n}, nested counts, or counts after an unbounded part such as .* or (a|b)* "
+            "multiply the automaton's states: use smaller counts or a more specific pattern",
+        ) from None
+
+
+#: How much of a regex a refusal quotes (the rest is elided with "...").
+EXCERPT_CHARS = 60
+
+
+def regex_excerpt(pattern: str, limit: int = EXCERPT_CHARS) -> str:
+    """``pattern`` quoted for an error message: its first ``limit`` characters,
+    then ``...`` if it is longer (a 4 KiB regex must not flood the 400's message)."""
+    if len(pattern) <= limit:
+        return repr(pattern)
+    return repr(pattern[:limit]) + f"... ({len(pattern)} characters)"
 
 
 def regex_to_dfa(pattern: str, limits: Limits = DEFAULT_LIMITS) -> DFA:

@@ -10,7 +10,9 @@ from __future__ import annotations
 from poot_vllm.core.automata.compilers import regex_to_dfa
 from poot_vllm.core.automata.dfa import DFA
 from poot_vllm.core.json_schema.compiler import FREE_FORM_DEPTH, MAX_SCHEMA_DEPTH, canonical_schema_text, parse_schema
+from poot_vllm.core.json_schema.compiler import compile_schema
 from poot_vllm.core.json_schema.compiler import schema_to_regex as _schema_to_regex
+from poot_vllm.core.errors import LimitExceeded
 from poot_vllm.core.limits import DEFAULT_LIMITS, Limits
 
 
@@ -37,8 +39,19 @@ def compile_json_schema(schema: "dict | bool | str", limits: Limits = DEFAULT_LI
 
     The generated regex is bounded by ``max_schema_regex_bytes`` while it is
     built, so the user-regex limit ``max_regex_bytes`` does not apply to it.
+    An automaton over ``max_automaton_bytes`` is refused naming the schema
+    parts (JSON pointer and keyword) that contribute most of it.
     """
-    return regex_to_dfa(schema_to_regex(schema, limits), limits)
+    regex, compiler = compile_schema(schema, limits)
+    try:
+        return regex_to_dfa(regex, limits)
+    except LimitExceeded as exc:
+        # Name the schema parts that make the automaton large (pointer, keyword, share).
+        parts = compiler.largest_parts()
+        if not parts or getattr(exc, "what", None) is None:
+            raise
+        detail = f"{exc.detail}; {parts}" if getattr(exc, "detail", "") else parts
+        raise LimitExceeded(exc.what, exc.limit_name, exc.limit, exc.unit, detail) from None
 
 
 __all__ = ["schema_to_regex", "compile_json_schema", "canonical_schema_text", "parse_schema",

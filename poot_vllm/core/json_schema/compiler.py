@@ -22,11 +22,15 @@ from typing import Any, Iterable
 
 from poot_vllm.core.errors import ConstraintSyntaxError, LimitExceeded, PootError, UnsupportedConstruct
 from poot_vllm.core.json_schema import decimals
-from poot_vllm.core.json_schema.formats import FORMAT_LENGTHS, FORMATS
+from poot_vllm.core.json_schema.formats import FORMATS, format_regex
+from poot_vllm.core.json_schema import maps
 from poot_vllm.core.json_schema.patterns import PatternError, translate_pattern
 from poot_vllm.core.json_schema.ranges import integer_range_regex
 from poot_vllm.core.json_schema.refs import ref_to_pointer, resolve_pointer
-from poot_vllm.core.json_schema.strings import JSON_CHAR, check_escaped, json_char, spell_escaped
+from poot_vllm.core.json_schema.whitespace import WHITESPACE_KEY, check_whitespace_pattern
+from poot_vllm.core.json_schema.strings import (JSON_CHAR, NOT_RAW, check_escaped, escaped_set, json_char,
+                                                json_char_regex, spell_escaped)
+from poot_vllm.core.regex import charsets as cs
 from poot_vllm.core.limits import Limits
 from poot_vllm.core.regex.escape import escape_text
 
@@ -99,6 +103,23 @@ def refusal(keyword: str, pointer: str, reason: str) -> UnsupportedConstruct:
     return err
 
 
+def unsatisfiable(keyword: str, pointer: str, reason: str, exact: bool = True) -> UnsupportedConstruct:
+    """A refusal because poot emits no value here (``anyOf``/``oneOf``/``type`` drop such a branch).
+
+    ``exact``: no value satisfies the schema by JSON Schema's own semantics
+    (not only among poot's spellings); only such a branch may be left out of
+    ``oneOf``'s disjointness check.
+    """
+    err = refusal(keyword, pointer, reason)
+    err.empty = True  # type: ignore[attr-defined]
+    err.exact = exact  # type: ignore[attr-defined]
+    return err
+
+
+def is_unsatisfiable(exc: BaseException) -> bool:
+    return getattr(exc, "empty", False)
+
+
 def bad_value(keyword: str, pointer: str, expected: str, value: Any) -> ConstraintSyntaxError:
     return ConstraintSyntaxError(f"'{keyword}' at {pointer}/{keyword} must be {expected}, got {json.dumps(value)[:80]}")
 
@@ -151,6 +172,11 @@ def _alternation(alts: list[str]) -> str:
     return unique[0] if len(unique) == 1 else _group("|".join(unique))
 
 
+def _min_len(a: int | None, b: int | None) -> int | None:
+    """The smaller of two optional upper bounds (None: unbounded)."""
+    return b if a is None else a if b is None else min(a, b)
+
+
 def _repeat(regex: str, lo: int, hi: int | None) -> str:
     """``regex`` repeated lo..hi times (hi None = unbounded)."""
     if hi == 0:
@@ -161,26 +187,34 @@ def _repeat(regex: str, lo: int, hi: int | None) -> str:
     return _group(regex) + quant if quant else regex
 
 
-def counted_list(item: str, lo: int, hi: int | None) -> str:
+def counted_list(item: str, lo: int, hi: int | None, comma: str = COMMA) -> str:
     """lo..hi comma-separated copies of ``item``."""
     if hi == 0:
         return ""
-    rest = _repeat(COMMA + item, max(lo - 1, 0), None if hi is None else hi - 1)
+    rest = _repeat(comma + item, max(lo - 1, 0), None if hi is None else hi - 1)
     return item + rest if lo >= 1 else _group(item + rest) + "?"
 
 
 class SchemaCompiler:
     """One compilation: the root document (for ``$ref``), the limits, caches."""
 
-    def __init__(self, root: Any, limits: Limits, escaped: str = "") -> None:
+    def __init__(self, root: Any, limits: Limits, escaped: str = "", whitespace: str = WS) -> None:
         self.root = root
         self.limits = limits
+        #: the separators (whitespace after ',' and ':'; a request's whitespace_pattern replaces WS)
+        self.colon = ":" + _group(whitespace) if whitespace != WS else COLON
+        self.comma = "," + _group(whitespace) if whitespace != WS else COMMA
         #: characters never written raw in strings (keys, values, enum/const): only as \u escapes
         self.escaped = check_escaped(escaped)
         self.json_char = json_char(self.escaped)
         self.string = f'"{self.json_char}*"'
+        #: characters a free key may start with: written raw, so the decoded first character is known
+        self.key_first = cs.subtract(cs.subtract(cs.complement(NOT_RAW), ((0xD800, 0xDFFF),)), escaped_set(self.escaped))
         self.ref_cache: dict[str, str] = {}
         self._any_cache: dict[int, str] = {}
+        #: (pointer, keyword, regex, copies) of every counted repetition and other large part, for
+        #: explaining an automaton over its budget (largest_parts); regexes are shared, not copied
+        self.parts: list[tuple[str, str, str, int]] = []
         schema_uri = root.get("$schema", "") if isinstance(root, dict) else ""
         self.draft4 = isinstance(schema_uri, str) and ("draft-04" in schema_uri or "draft-03" in schema_uri)
 
@@ -199,6 +233,36 @@ class SchemaCompiler:
                 f"passed at {pointer or '/'}",
             )
 
+    def note(self, pointer: str, keyword: str, regex: str, copies: int) -> str:
+        """Record a part of the automaton (``copies`` of ``regex``, set by ``keyword`` at ``pointer``); returns ``regex``."""
+        self.parts.append((pointer, keyword, regex, copies))
+        return regex
+
+    def largest_parts(self, top: int = 3) -> str:
+        """Which schema parts make the automaton large, largest first (for a budget refusal).
+
+        Each part is weighed by its NFA positions after counted repetitions
+        are expanded (what the automaton build charges first), times its copies.
+        """
+        weights: dict[tuple[str, str], int] = {}
+        for pointer, keyword, regex, copies in self.parts:
+            key = (pointer or "/", keyword)
+            weights[key] = weights.get(key, 0) + expanded_positions(regex) * copies
+        total = sum(weights.values())
+        if not total:
+            return ""
+        ranked = sorted(weights.items(), key=lambda kv: -kv[1])[:top]
+        advice = {"maxLength": "lower maxLength", "minLength": "lower minLength", "maxItems": "lower maxItems",
+                  "additionalProperties": "list the keys in 'properties' or simplify the value",
+                  "format": "drop the format or use a plain string", "pattern": "simplify the pattern",
+                  "multipleOf": "widen the step or narrow the range"}
+        out = []
+        for (pointer, keyword), weight in ranked:
+            what = "the numeric range" if keyword in NUMBER_KW or keyword == "type" else keyword
+            hint = advice.get(keyword, "narrow the range")
+            out.append(f"{pointer}: {what} contributes {100 * weight // total}% of it; {hint}")
+        return "largest parts of the schema: " + "; ".join(out)
+
     # -- free-form values -----------------------------------------------------
     def any_value(self, depth: int = FREE_FORM_DEPTH) -> str:
         """Any JSON value with at most ``depth`` nested containers."""
@@ -207,11 +271,20 @@ class SchemaCompiler:
             if depth > 0:
                 inner = self.any_value(depth - 1)
                 scalars = [
-                    f"\\[{counted_list(inner, 0, None)}\\]",
-                    f"\\{{{counted_list(self.string + COLON + inner, 0, None)}\\}}",
+                    f"\\[{counted_list(inner, 0, None, self.comma)}\\]",
+                    self.free_object(inner),
                 ] + scalars
             self._any_cache[depth] = self.check(_alternation(scalars), "")
         return self._any_cache[depth]
+
+    def free_object(self, inner: str) -> str:
+        """A free-form object: at most one key, whose value is ``inner``.
+
+        Keys must never repeat; a slot per key (maps.py) would multiply the
+        automaton by the value's, and free-form values are already the
+        largest part of a ``{}`` schema, so free-form objects hold one key.
+        """
+        return f"\\{{{self.free_members(inner, 0, 1)}\\}}"
 
     # -- entry ------------------------------------------------------------------
     def compile(self, schema: Any, pointer: str = "", refs: tuple[str, ...] = (), depth: int = 0) -> str:
@@ -221,7 +294,7 @@ class SchemaCompiler:
         if schema is True:
             return self.any_value()
         if schema is False:
-            raise refusal("<false>", pointer, "the schema 'false' matches no value")
+            raise unsatisfiable("<false>", pointer, "the schema 'false' matches no value")
         if not isinstance(schema, dict):
             raise ConstraintSyntaxError(f"the schema at {pointer or '/'} must be an object or a boolean, got {type(schema).__name__}")
         for kw, reason in REFUSED_ANY_TYPE.items():
@@ -371,15 +444,32 @@ class SchemaCompiler:
                 flat.append((merged, where, followed))
             else:
                 flat.append((branch, where, ()))
-        if comb == "oneOf":
-            self._check_disjoint(flat, pointer, refs)
-        alts = []
+        # A branch no value satisfies is dropped (anyOf: it adds nothing; oneOf: it
+        # matches nothing, so it cannot make a value match twice).
+        alts: list[str] = []
+        kept: list[tuple[Any, str, tuple[str, ...]]] = []
+        empties: list[UnsupportedConstruct] = []
         for branch, where, followed in flat:
             if branch is False:
-                continue  # contributes nothing
-            alts.append(self.compile(branch, where, refs + followed, depth + 1))
+                empties.append(unsatisfiable("<false>", where, "the schema 'false' matches no value"))
+                continue
+            try:
+                alts.append(self.compile(branch, where, refs + followed, depth + 1))
+            except UnsupportedConstruct as exc:
+                if not is_unsatisfiable(exc):
+                    raise
+                empties.append(exc)
+                if getattr(exc, "exact", False):
+                    continue
+                # Empty only among poot's spellings: valid values may still match it, so
+                # oneOf's disjointness must still hold against it.
+            kept.append((branch, where, followed))
         if not alts:
-            raise refusal(comb, pointer, "no branch can produce a value")
+            reasons = "; ".join(f"{getattr(e, 'pointer', '?')}: {str(e).split(': ', 1)[-1]}" for e in empties)
+            raise unsatisfiable(comb, pointer, f"no branch can produce a value ({reasons})",
+                                exact=all(getattr(e, "exact", False) for e in empties))
+        if comb == "oneOf":
+            self._check_disjoint(kept, pointer, refs)
         return self.check(_alternation(alts), pointer)
 
     def _deref(self, schema: Any, refs: tuple[str, ...]) -> Any:
@@ -449,10 +539,11 @@ class SchemaCompiler:
         for i in range(len(flat)):
             for j in range(i + 1, len(flat)):
                 if not self._disjoint(flat[i][0], flat[j][0], refs + flat[i][2] + flat[j][2]):
+                    a, b = (flat[k][1].rsplit("/", 1)[-1] for k in (i, j))
                     raise refusal(
                         "oneOf",
                         pointer,
-                        f"branches {i} and {j} may both match a value (which oneOf forbids); "
+                        f"branches {a} and {b} may both match a value (which oneOf forbids); "
                         "give them different types or a required property with different 'const' values, or use anyOf",
                     )
 
@@ -460,10 +551,10 @@ class SchemaCompiler:
     def value_regex(self, value: Any, pointer: str) -> str:
         """Regex for the canonical spelling of a JSON value (sorted keys, optional single spaces)."""
         if isinstance(value, dict):
-            items = [self.text_regex(json.dumps(k, ensure_ascii=False)) + COLON + self.value_regex(v, pointer) for k, v in sorted(value.items())]
-            return self.check("\\{" + COMMA.join(items) + "\\}", pointer)
+            items = [self.text_regex(json.dumps(k, ensure_ascii=False)) + self.colon + self.value_regex(v, pointer) for k, v in sorted(value.items())]
+            return self.check("\\{" + self.comma.join(items) + "\\}", pointer)
         if isinstance(value, list):
-            return self.check("\\[" + COMMA.join(self.value_regex(v, pointer) for v in value) + "\\]", pointer)
+            return self.check("\\[" + self.comma.join(self.value_regex(v, pointer) for v in value) + "\\]", pointer)
         if isinstance(value, float) and not math.isfinite(value):
             raise ConstraintSyntaxError(f"the value at {pointer} is not finite JSON ({value})")
         text = json.dumps(value, ensure_ascii=False)
@@ -488,6 +579,7 @@ class SchemaCompiler:
         else:
             values = [schema["const"]]
         keyword = "enum" if "enum" in schema else "const"
+        schema_values = list(values)
         rest = {k: v for k, v in schema.items() if k not in ("enum", "const")}
         constraining = self._constraining(rest)
         if constraining == ["type"]:
@@ -510,7 +602,8 @@ class SchemaCompiler:
             values = [v for v, ok in zip(values, keep) if ok]
         unique = list({json.dumps(v, sort_keys=True): v for v in values}.values())
         if not unique:
-            raise refusal(keyword, pointer, "no value satisfies this keyword together with the schema's other keywords")
+            raise unsatisfiable(keyword, pointer, "no value satisfies this keyword together with the schema's other keywords",
+                                exact=not schema_values)
         alts = [self.value_regex(v, pointer) for v in unique]
         return self.check(_alternation(alts), pointer)
 
@@ -519,7 +612,7 @@ class SchemaCompiler:
         if "type" in schema:
             types = _type_set(schema["type"], pointer)
             if not types:
-                raise refusal("type", pointer, "no type satisfies every branch (the schema matches no value)")
+                raise unsatisfiable("type", pointer, "no type satisfies every branch (the schema matches no value)")
         else:
             # No 'type': poot narrows to the types whose keywords appear (all
             # types when none do), so {"properties": ...} means an object.
@@ -531,27 +624,39 @@ class SchemaCompiler:
             types.discard("integer")  # number's spellings include every integer's
         for t in types:
             for kw, reason in REFUSED_BY_TYPE.get(t, {}).items():
+                if kw == "propertyNames":
+                    continue  # _compile_object: a finite set of names is supported
                 if kw in schema and not (kw == "unevaluatedProperties" and schema[kw] is True):
                     raise refusal(kw, pointer, reason)
         alts = []
+        empty: UnsupportedConstruct | None = None
         for t in TYPE_ORDER:
             if t not in types:
                 continue
-            if t == "object":
-                alts.append(self._compile_object(schema, pointer, refs, depth))
-            elif t == "array":
-                alts.append(self._compile_array(schema, pointer, refs, depth))
-            elif t == "string":
-                alts.append(self._compile_string(schema, pointer))
-            elif t == "integer":
-                alts.append(self._compile_integer(schema, pointer))
-            elif t == "number":
-                alts.append(self._compile_number(schema, pointer))
-            elif t == "boolean":
-                alts.append("(?:true|false)")
-            else:
-                alts.append("null")
+            try:
+                alts.append(self._compile_type(t, schema, pointer, refs, depth))
+            except UnsupportedConstruct as exc:
+                # {"type": ["integer", "null"], "minimum": 10, "maximum": 5}: only null remains
+                if not is_unsatisfiable(exc):
+                    raise
+                empty = empty or exc
+        if not alts:
+            assert empty is not None
+            raise empty
         return self.check(_alternation(alts), pointer)
+
+    def _compile_type(self, t: str, schema: dict, pointer: str, refs: tuple[str, ...], depth: int) -> str:
+        if t == "object":
+            return self._compile_object(schema, pointer, refs, depth)
+        if t == "array":
+            return self._compile_array(schema, pointer, refs, depth)
+        if t == "string":
+            return self._compile_string(schema, pointer)
+        if t == "integer":
+            return self._compile_integer(schema, pointer)
+        if t == "number":
+            return self._compile_number(schema, pointer)
+        return "(?:true|false)" if t == "boolean" else "null"
 
     def _count(self, schema: dict, keyword: str, pointer: str) -> int | None:
         value = schema.get(keyword)
@@ -576,23 +681,34 @@ class SchemaCompiler:
             raise bad_value("additionalProperties", pointer, "a schema", extra)
         lo = self._count(schema, "minProperties", pointer) or 0
         hi = self._count(schema, "maxProperties", pointer)
-        if not props and not required:
+        names = self._property_names(schema, pointer, refs)
+        extra_keys: set[str] = set()
+        if names is not None:
+            # A finite key set (Dict[Literal[...], X], Dict[SomeEnum, X]): its keys become optional listed keys.
+            for r in required:
+                if r not in names:
+                    raise unsatisfiable("propertyNames", pointer, f"required property {r!r} is not among the allowed property names")
+            props = {k: v for k, v in props.items() if k in names}
+            extra_keys = names - set(props)
+            if not props and not required and not extra_keys:
+                extra = False
+        if not props and not required and not extra_keys:
             return self._compile_map(extra, lo, hi, pointer, refs, depth)
         required_set = set(required)
         entries: list[tuple[str, Any, str, bool]] = []  # key, schema, pointer, required
-        for key in sorted(set(props) | required_set):
+        for key in sorted(set(props) | required_set | extra_keys):
             if key in props:
                 sub, where = props[key], f"{pointer}/properties/{_escape_token(key)}"
             else:
                 sub, where = extra, f"{pointer}/additionalProperties"
             if sub is False or (isinstance(sub, dict) and self._deref(sub, refs) is False):
                 if key in required_set:
-                    raise refusal("required", pointer, f"required property {key!r} is forbidden by its schema (false)")
+                    raise unsatisfiable("required", pointer, f"required property {key!r} is forbidden by its schema (false)")
                 continue
             entries.append((key, sub, where, key in required_set))
         n_required = sum(1 for e in entries if e[3])
         if hi is not None and hi < n_required:
-            raise refusal("maxProperties", pointer, f"maxProperties={hi} is below the {n_required} required properties")
+            raise unsatisfiable("maxProperties", pointer, f"maxProperties={hi} is below the {n_required} required properties")
         if lo > len(entries):
             raise refusal("minProperties", pointer, f"minProperties={lo} needs more keys than the {len(entries)} listed in 'properties'")
         # Narrowing for the counts: promote the first optional keys to
@@ -612,8 +728,26 @@ class SchemaCompiler:
         items = []
         for key, sub, where, req in shaped:
             value = self.compile(sub, where, refs, depth + 1)
-            items.append((self.text_regex(json.dumps(key, ensure_ascii=False)) + COLON + value, req))
+            items.append((self.text_regex(json.dumps(key, ensure_ascii=False)) + self.colon + value, req))
         return self.check("\\{" + self._member_list(items, pointer) + "\\}", pointer)
+
+    def _property_names(self, schema: dict, pointer: str, refs: tuple[str, ...]) -> set[str] | None:
+        """The finite set of allowed keys that ``propertyNames`` gives (``enum``/``const``), None if absent; else refused."""
+        if "propertyNames" not in schema:
+            return None
+        pn = self._deref(schema["propertyNames"], refs)
+        if pn is True or pn == {}:
+            return None
+        if pn is False:
+            return set()
+        if isinstance(pn, dict) and set(self._constraining(pn)) <= {"enum", "const", "type"} and (
+                "enum" in pn or "const" in pn) and pn.get("type", "string") in ("string", ["string"]):
+            values = pn["enum"] if isinstance(pn.get("enum"), list) else [pn.get("const")]
+            if "const" in pn:
+                values = [v for v in values if v == pn["const"]]
+            return {v for v in values if isinstance(v, str)}
+        raise refusal("propertyNames", pointer, "only a finite set of names (propertyNames with 'enum' or 'const') is supported; "
+                                                "list the keys in 'properties'")
 
     def _member_list(self, items: list[tuple[str, bool]], pointer: str) -> str:
         """Comma-correct regex for the members in order, optional ones skippable (linear size).
@@ -636,14 +770,14 @@ class SchemaCompiler:
                 acc = item
                 opened = 0 if req else 1
             elif seen_required:
-                acc = acc + (COMMA + item if req else _group(COMMA + item) + "?")
+                acc = acc + (self.comma + item if req else _group(self.comma + item) + "?")
             elif req:
-                acc = _group(acc + COMMA) + "?" + item
+                acc = _group(acc + self.comma) + "?" + item
             elif opened < FIRST_KEY_WINDOW:
-                acc = _group(f"{acc}(?:{COMMA}{item})?|{item}")
+                acc = _group(f"{acc}(?:{self.comma}{item})?|{item}")
                 opened += 1
             else:
-                acc = acc + _group(COMMA + item) + "?"
+                acc = acc + _group(self.comma + item) + "?"
             seen_required = seen_required or req
             self.check(acc, pointer)
         if acc is None:
@@ -651,17 +785,36 @@ class SchemaCompiler:
         return acc if seen_required else _group(acc) + "?"
 
     def _compile_map(self, extra: Any, lo: int, hi: int | None, pointer: str, refs: tuple[str, ...], depth: int) -> str:
-        """An object with no listed keys: free keys whose values follow additionalProperties."""
+        """An object with no listed keys: free keys (never repeated) whose values follow additionalProperties."""
         if extra is False or (hi == 0):
             if lo > 0:
-                raise refusal("minProperties", pointer, "no property is allowed, so minProperties cannot hold")
+                raise unsatisfiable("minProperties", pointer, "no property is allowed, so minProperties cannot hold")
             return "\\{\\}"
         if lo > 1:
-            # Free keys may repeat, and a repeated key counts once.
-            raise refusal("minProperties", pointer, "minProperties > 1 needs distinct free keys; list the keys in 'properties'")
+            raise refusal("minProperties", pointer, "minProperties > 1 on free keys is not supported (poot emits at most one "
+                                                    "key per first-character slot, see docs); list the keys in 'properties'")
+        if (extra is True or extra == {}) and lo == 0 and hi is None:
+            return self.check(self.free_object(self.any_value(FREE_FORM_DEPTH - 1)), pointer)
         value = self.any_value(FREE_FORM_DEPTH - 1) if extra is True or extra == {} else self.compile(extra, f"{pointer}/additionalProperties", refs, depth + 1)
-        member = self.string + COLON + value
-        return self.check("\\{" + counted_list(member, lo, hi) + "\\}", pointer)
+        return self.check("\\{" + self.free_members(value, lo, hi, pointer=pointer) + "\\}", pointer)
+
+    def free_members(self, value: str, lo: int, hi: int | None, groups: "int | None | str" = "auto", pointer: str = "") -> str:
+        """Comma-separated free-key members (``lo`` <= 1 .. ``hi``) whose keys never repeat (see maps.py).
+
+        ``groups``: the letter groups of the key slots; ``None``: at most one
+        member (free-form objects: a slot per key would multiply their
+        automaton, already the largest part of a ``{}`` schema).
+        """
+        slots = maps.choose_slots(len(value), hi) if groups == "auto" else None if groups is None else (groups, True)
+        if hi == 1 or slots is None:
+            member = self.string + self.colon + value
+            return member if lo else _group(member) + "?"
+        classes = maps.slot_classes(slots[0], self.key_first, slots[1])  # type: ignore[arg-type]
+        escapes = json_char_regex(cs.union(NOT_RAW, escaped_set(self.escaped)), self.escaped)
+        members = [maps.key_regex(c, self.json_char, escapes if i == len(classes) - 1 else None) + self.colon + value
+                   for i, c in enumerate(classes)]
+        self.note(pointer, "additionalProperties", value, 2 * len(members))
+        return maps.ordered_members(members, self.comma, lo >= 1)
 
     # arrays
     def _compile_array(self, schema: dict, pointer: str, refs: tuple[str, ...], depth: int) -> str:
@@ -693,17 +846,19 @@ class SchemaCompiler:
         n_prefix = len(prefix) if hi is None else min(len(prefix), hi)
         lo = max(lo, n_prefix)
         if hi is not None and lo > hi:
-            raise refusal("minItems", pointer, f"minItems={lo} cannot hold with maxItems={hi} / the item schemas")
+            raise unsatisfiable("minItems", pointer, f"minItems={lo} cannot hold with maxItems={hi} / the item schemas", exact=False)
         parts = [self.compile(prefix[i], f"{pointer}/{prefix_kw}/{i}", refs, depth + 1) for i in range(n_prefix)]
         more_lo = lo - n_prefix
         more_hi = None if hi is None else hi - n_prefix
-        body = COMMA.join(parts)
+        body = self.comma.join(parts)
         if more_hi != 0:
             element = self.any_value(FREE_FORM_DEPTH - 1) if rest is True or rest == {} else self.compile(rest, rest_where, refs, depth + 1)
+            if more_hi is not None and more_hi > 1:
+                self.note(pointer, "maxItems", element, more_hi)
             if parts:
-                body += _repeat(COMMA + element, more_lo, more_hi)
+                body += _repeat(self.comma + element, more_lo, more_hi)
             else:
-                body = counted_list(element, more_lo, more_hi)
+                body = counted_list(element, more_lo, more_hi, self.comma)
         return self.check("\\[" + body + "\\]", pointer)
 
     # strings
@@ -711,42 +866,68 @@ class SchemaCompiler:
         lo = self._count(schema, "minLength", pointer) or 0
         hi = self._count(schema, "maxLength", pointer)
         if hi is not None and lo > hi:
-            raise refusal("minLength", pointer, f"minLength={lo} is above maxLength={hi}")
+            raise unsatisfiable("minLength", pointer, f"minLength={lo} is above maxLength={hi}")
         fmt = schema.get("format")
         pattern = schema.get("pattern")
         if fmt is not None and not isinstance(fmt, str):
             raise bad_value("format", pointer, "a string", fmt)
         if pattern is not None and not isinstance(pattern, str):
             raise bad_value("pattern", pointer, "a string", pattern)
-        if fmt is not None and pattern is not None:
-            raise refusal("pattern", pointer, "'pattern' together with 'format' is not supported; use one of them")
         if fmt is not None:
-            if fmt not in FORMATS:
-                raise refusal("format", pointer, f"format {fmt!r} is not supported (supported: {', '.join(sorted(FORMATS))})")
-            content, (fmin, fmax) = FORMATS[fmt], FORMAT_LENGTHS[fmt]
-            if any(c in content for c in self.escaped):  # no format spells an escapable character today
-                raise refusal("format", pointer, f"format {fmt!r} cannot be used where {self.escaped!r} must be escaped")
-            self._lengths_implied(lo, hi, fmin, fmax, "format", pointer)
-        elif pattern is not None:
             try:
-                translated = translate_pattern(pattern, lambda n: self.check_size(n, pointer), self.escaped)
-            except PatternError as exc:
-                if exc.unsupported:
-                    raise refusal("pattern", pointer, f"{exc} (pattern {pattern!r})") from None
-                raise ConstraintSyntaxError(f"'pattern' at {pointer}/pattern is not a valid regex: {exc}") from None
+                built = format_regex(fmt, self.escaped, hi)
+            except ValueError as exc:  # maxLength too small for the bounded variant
+                raise refusal("maxLength", pointer, f"format {fmt!r} with maxLength={hi}: {exc}") from None
+            if built is None:
+                raise refusal("format", pointer, f"format {fmt!r} is not supported (supported: {', '.join(sorted(FORMATS))})")
+            content, fmin, fmax = built
+            self.note(pointer, "format", content, 1)
+            if fmt not in ("json-pointer", "relative-json-pointer") and any(c in content for c in self.escaped):
+                raise refusal("format", pointer, f"format {fmt!r} cannot be used where {self.escaped!r} must be escaped")
+            if pattern is not None:
+                # Both hold: the pattern as a lookahead up to the closing quote
+                # (an exact intersection; the format's text has one spelling).
+                translated = self._pattern(pattern, pointer)
+                content = f'(?={translated.regex}")' + content
+                fmin, fmax = max(fmin, translated.min_len), _min_len(fmax, translated.max_len)
+            content = self._with_lengths(content, lo, hi, fmin, fmax, pointer)
+        elif pattern is not None:
+            translated = self._pattern(pattern, pointer)
             content = translated.regex
-            self._lengths_implied(lo, hi, translated.min_len, translated.max_len, "pattern", pointer)
+            self.note(pointer, "pattern", content, 1)
+            content = self._with_lengths(content, lo, hi, translated.min_len, translated.max_len, pointer)
         else:
             content = _repeat(self.json_char, lo, hi)
+            if hi is not None:
+                self.note(pointer, "maxLength", self.json_char, hi)
+            elif lo > 1:
+                self.note(pointer, "minLength", self.json_char, lo)
         return self.check(f'"{content}"', pointer)
 
-    @staticmethod
-    def _lengths_implied(lo: int, hi: int | None, cmin: int, cmax: int | None, keyword: str, pointer: str) -> None:
-        """minLength/maxLength with pattern/format: accepted only when the content's own lengths already satisfy them."""
+    def _pattern(self, pattern: str, pointer: str) -> Any:
+        try:
+            return translate_pattern(pattern, lambda n: self.check_size(n, pointer), self.escaped)
+        except PatternError as exc:
+            if exc.unsupported:
+                raise refusal("pattern", pointer, f"{exc} (pattern {pattern!r})") from None
+            raise ConstraintSyntaxError(f"'pattern' at {pointer}/pattern is not a valid regex: {exc}") from None
+
+    def _with_lengths(self, content: str, lo: int, hi: int | None, cmin: int, cmax: int | None, pointer: str) -> str:
+        """``content`` (a pattern's or format's string content) that also has ``lo..hi`` characters.
+
+        When the content's own lengths already satisfy the bounds, it is
+        returned as is; otherwise a lookahead up to the closing quote counts
+        the characters (automaton intersection, exact: the content's text and
+        the counted JSON characters read the same raw text, and neither
+        reads past the first raw ``"``).
+        """
         if cmin >= lo and (hi is None or (cmax is not None and cmax <= hi)):
-            return
-        bound = "minLength" if cmin < lo else "maxLength"
-        raise refusal(bound, pointer, f"'{bound}' together with '{keyword}' is supported only when '{keyword}' already implies it (put the length into the pattern, e.g. {{m,n}})")
+            return content
+        if hi is not None:
+            self.note(pointer, "maxLength", self.json_char, hi)
+        elif lo > 1:
+            self.note(pointer, "minLength", self.json_char, lo)
+        return f'(?={_repeat(self.json_char, lo, hi)}")' + content
 
     # numbers
     def _bound(self, schema: dict, keyword: str, pointer: str) -> float | int | None:
@@ -796,10 +977,10 @@ class SchemaCompiler:
         return Fraction(repr(value)) if isinstance(value, float) else Fraction(value)
 
     @staticmethod
-    def _empty(kind: str, lo_kw: str | None, hi_kw: str | None, pointer: str, why: str = "") -> UnsupportedConstruct:
+    def _empty(kind: str, lo_kw: str | None, hi_kw: str | None, pointer: str, why: str = "", exact: bool = False) -> UnsupportedConstruct:
         kw = lo_kw or hi_kw or "type"
         other = f" and '{hi_kw}'" if lo_kw and hi_kw else ""
-        return refusal(kw, pointer, f"no {kind} satisfies '{kw}'{other}{why}")
+        return unsatisfiable(kw, pointer, f"no {kind} satisfies '{kw}'{other}{why}", exact=exact)
 
     def _integer_range(self, schema: dict, pointer: str, float_step: bool = False) -> tuple[int, int, str | None, str | None]:
         """Exact [lo, hi] of the integers poot emits, and the keywords that set them."""
@@ -818,7 +999,7 @@ class SchemaCompiler:
             if hi is None or n < hi:
                 hi, hi_kw = n, kw
         if lo is not None and hi is not None and lo > hi:
-            raise self._empty("integer", lo_kw, hi_kw, pointer)
+            raise self._empty("integer", lo_kw, hi_kw, pointer, exact=True)
         # Magnitudes: an open side stops at INTEGER_DIGITS digits (or at the other bound's
         # length), never past MAX_INTEGER_DIGITS; a float multipleOf is checked by float
         # division, exact only below 2**53.
@@ -858,7 +1039,7 @@ class SchemaCompiler:
                           f"multiples of {c}{f' * 10**-{scale}' if scale else ''} are built only when the step's digits "
                           f"divide 10**{decimals.MAX_SUFFIX_DIGITS} (2, 4, 5, 8, 10, 20, 25, 50, ..., 1000) or when "
                           f"'minimum'/'maximum' leave at most {decimals.MAX_ENUMERATED} multiples")
-        return self.check(regex, pointer)
+        return self.check(self.note(pointer, "multipleOf", regex, 1), pointer)
 
     def _compile_integer(self, schema: dict, pointer: str) -> str:
         step = self._multiple_of(schema, pointer)
@@ -867,7 +1048,7 @@ class SchemaCompiler:
         lo, hi, lo_kw, hi_kw = self._integer_range(schema, pointer, float_step=isinstance(schema.get("multipleOf"), float))
         if step is None or step.numerator == 1:
             # Integer multiples of p/q (in lowest terms) are the multiples of p.
-            return self.check(integer_range_regex(lo, hi), pointer)
+            return self.check(self.note(pointer, lo_kw or hi_kw or "type", integer_range_regex(lo, hi), 1), pointer)
         return self._multiples(lo, hi, step.numerator, 0, lo_kw, hi_kw, "integer", pointer)
 
     def _compile_number(self, schema: dict, pointer: str) -> str:
@@ -896,7 +1077,7 @@ class SchemaCompiler:
         if lo > hi:
             raise self._empty("number", lo_kw, hi_kw, pointer, f" (among numbers of at most {decimals.SIG_DIGITS} significant digits)")
         if step is None:
-            return self.check(decimals.number_range_regex(lo, hi), pointer)
+            return self.check(self.note(pointer, lo_kw or hi_kw or "type", decimals.number_range_regex(lo, hi), 1), pointer)
         # Multiples of p/2**t are the grid values n * 10**-t with n a multiple of p * 5**t.
         t = step.denominator.bit_length() - 1
         if t > decimals.SIG_DIGITS:
@@ -909,6 +1090,26 @@ class SchemaCompiler:
         if n_lo > n_hi:
             raise self._empty("number", lo_kw, hi_kw, pointer, " and 'multipleOf'")
         return self._multiples(n_lo, n_hi, step.numerator * 5**t, t, lo_kw, hi_kw, "number", pointer)
+
+
+def expanded_positions(regex: str) -> int:
+    """Character positions of ``regex`` once counted repetitions are expanded (an unbounded one counts once)."""
+    from poot_vllm.core.regex import ast
+    from poot_vllm.core.regex.parser import parse
+
+    def walk(node: Any) -> int:
+        if isinstance(node, ast.Chars):
+            return 1
+        if isinstance(node, (ast.Concat, ast.Alt)):
+            return sum(walk(item) for item in node.items)
+        if isinstance(node, ast.Repeat):
+            return walk(node.item) * max(node.max if node.max is not None else node.min, 1)
+        return 0
+
+    try:
+        return walk(parse(regex))
+    except (PootError, RecursionError):
+        return len(regex)
 
 
 def _parse_canonical(schema: dict | bool | str, limits: Limits) -> tuple[Any, str]:
@@ -958,8 +1159,20 @@ def canonical_schema_text(schema: dict | bool | str, limits: Limits) -> str:
 
 def schema_to_regex(schema: dict | bool | str, limits: Limits, escaped: str = "") -> str:
     """See :func:`poot_vllm.core.json_schema.schema_to_regex`."""
+    return compile_schema(schema, limits, escaped)[0]
+
+
+def compile_schema(schema: dict | bool | str, limits: Limits, escaped: str = "") -> tuple[str, SchemaCompiler]:
+    """The regex and the compiler that built it (its ``largest_parts`` explain a budget refusal)."""
     root = parse_schema(schema, limits)
+    whitespace = WS
+    if isinstance(root, dict) and WHITESPACE_KEY in root:
+        try:
+            whitespace = check_whitespace_pattern(root[WHITESPACE_KEY])
+        except PootError as exc:
+            raise type(exc)(f"whitespace_pattern {exc.message}") from None
+    compiler = SchemaCompiler(root, limits, escaped, whitespace)
     try:
-        return SchemaCompiler(root, limits, escaped).compile(root)
+        return compiler.compile(root), compiler
     except RecursionError:
         raise refusal("<nesting>", "", "the schema is nested too deeply") from None

@@ -12,20 +12,30 @@ The pattern is read by poot's one regex front end
 same parser as ``guided_regex``, with anchors kept), so the same constructs
 are accepted, and refused with the same messages and positions: literals,
 escapes, classes, ``.``, groups, alternation, greedy/lazy quantifiers, and
-``^``/``$``/``\\A``/``\\Z`` where they can only match at the ends (anchors
-inside a repeated group are refused here).
+``^``/``$``/``\\A``/``\\Z`` (inside a repeated group they take the automaton
+path below).
 
 Where Python's meaning is wider than what poot spells, poot narrows (never
 widens): ``\\d``/``\\w``/``\\s`` outside negated classes mean their ASCII
 members (:func:`json_categories`), ``$`` does not match before a trailing
 newline, characters that can be written raw are never written as ``\\uXXXX``.
+
+Inline flags are the parser's (a flag only changes which characters a
+class holds).  Assertions that read the neighbouring *decoded* characters --
+``\\b``, ``\\B``, lookarounds, MULTILINE ``^``/``$`` -- cannot be spelled over
+the raw text (``\\n`` ends in a word character but decodes to a newline), so
+such a pattern takes :func:`_translate_by_automaton`: the search language is
+built as a DFA over the pattern's character *atoms* (each decoded character
+stands for the one atom it lies in), and the DFA is written back as a regex
+whose characters are the atoms' JSON spellings.  That is exact, as
+``re.search`` on the decoded string (with the narrowings above).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from poot_vllm.core.errors import ConstraintSyntaxError, UnsupportedConstruct
+from poot_vllm.core.errors import ConstraintSyntaxError, LimitExceeded, PootError, UnsupportedConstruct
 from poot_vllm.core.json_schema.strings import NOT_RAW, escaped_set, json_char, json_char_regex
 from poot_vllm.core.regex import ast
 from poot_vllm.core.regex import charsets as cs
@@ -137,8 +147,7 @@ def _translate(node: ast.Node, size_check, escaped: str = "") -> Variants:
         return acc
     sub = _translate(node.item, size_check, escaped)
     lo, hi = node.min, node.max
-    if any(key != (False, False) for key in sub):
-        raise PatternError("anchors (^, $) inside a repeated group are not supported")
+    assert all(key == (False, False) for key in sub), "anchors in repeats take the automaton path"
     if (False, False) not in sub:
         return {(False, False): _Piece("", 0, 0)} if lo == 0 else {}
     p = sub[(False, False)]
@@ -170,7 +179,10 @@ def translate_pattern(pattern: str, size_check=lambda n: None, escaped: str = ""
     Raises :class:`PatternError` outside the supported subset; an empty
     result (the pattern can match nothing poot can spell) is a PatternError too.
     """
-    variants = _translate(_parse(pattern), size_check, escaped)
+    tree = _parse(pattern)
+    if ast.has_look(tree) or _anchor_in_repeat(tree, False):
+        return _translate_by_automaton(tree, size_check, escaped)
+    variants = _translate(tree, size_check, escaped)
     any_run = f"{json_char(escaped)}*"
     alts: list[str] = []
     min_len, max_len = None, 0
@@ -190,3 +202,243 @@ def translate_pattern(pattern: str, size_check=lambda n: None, escaped: str = ""
     regex = alts[0] if len(alts) == 1 else "(?:" + "|".join(alts) + ")"
     size_check(len(regex))
     return TranslatedPattern(regex, min_len or 0, max_len)
+
+
+# --- patterns with assertions: through an automaton over character atoms ----------------------
+
+#: Distinct character atoms a pattern may have on this path (each is one byte of the atom automaton).
+MAX_ATOMS = 120
+#: Working memory of the atom automaton (the schema's own automaton is charged separately).
+ATOM_AUTOMATON_BYTES = 256 * 1024
+
+_ANY = ast.Chars(cs.ANY_CHAR)
+_ANY_RUN = ast.Repeat(_ANY, 0, None)
+
+
+def _anchor_in_repeat(node: ast.Node, repeated: bool) -> bool:
+    if isinstance(node, ast.Anchor):
+        return repeated
+    if isinstance(node, (ast.Concat, ast.Alt)):
+        return any(_anchor_in_repeat(i, repeated) for i in node.items)
+    if isinstance(node, ast.Repeat):
+        return _anchor_in_repeat(node.item, True)
+    return False
+
+
+def _anchors_to_looks(node: ast.Node) -> ast.Node:
+    """``^`` is the start of the string, ``$`` its end (not before a final newline: a narrowing)."""
+    if isinstance(node, ast.Anchor):
+        return ast.Look(node.kind == "^", True, _ANY)
+    if isinstance(node, ast.Concat):
+        return ast.concat([_anchors_to_looks(i) for i in node.items])
+    if isinstance(node, ast.Alt):
+        return ast.alt([_anchors_to_looks(i) for i in node.items])
+    if isinstance(node, ast.Repeat):
+        return ast.repeat(_anchors_to_looks(node.item), node.min, node.max)
+    if isinstance(node, ast.Look):
+        return ast.Look(node.behind, node.negated, _anchors_to_looks(node.body))
+    return node
+
+
+def _classes(node: ast.Node, out: "dict[cs.CodepointSet, None]") -> None:
+    stack = [node]
+    while stack:
+        top = stack.pop()
+        if isinstance(top, ast.Chars):
+            out[top.ranges] = None
+        elif isinstance(top, (ast.Concat, ast.Alt)):
+            stack.extend(top.items)
+        elif isinstance(top, ast.Repeat):
+            stack.append(top.item)
+        elif isinstance(top, ast.Look):
+            stack.append(top.body)
+
+
+def _atoms(sets: "list[cs.CodepointSet]") -> list[cs.CodepointSet]:
+    try:
+        return cs.partition(sets, MAX_ATOMS)
+    except ValueError:
+        raise PatternError(
+            f"the pattern's assertions (\\b, lookarounds, multi-line anchors) need more than {MAX_ATOMS} "
+            "distinct character classes; simplify its classes"
+        ) from None
+
+
+def _to_atoms(node: ast.Node, atoms: "list[cs.CodepointSet]", memo: dict) -> ast.Node:
+    """The tree over atom bytes: a class becomes the bytes of the atoms inside it."""
+    hit = memo.get(id(node))
+    if hit is not None:
+        return hit[1]
+    if isinstance(node, ast.Chars):
+        members = [(i, i) for i, atom in enumerate(atoms) if cs.intersect(atom, node.ranges)]
+        out: ast.Node = ast.chars(cs.normalize(members))
+    elif isinstance(node, ast.Concat):
+        out = ast.concat([_to_atoms(i, atoms, memo) for i in node.items])
+    elif isinstance(node, ast.Alt):
+        out = ast.alt([_to_atoms(i, atoms, memo) for i in node.items])
+    elif isinstance(node, ast.Repeat):
+        out = ast.repeat(_to_atoms(node.item, atoms, memo), node.min, node.max)
+    else:
+        assert isinstance(node, ast.Look)
+        out = ast.Look(node.behind, node.negated, _to_atoms(node.body, atoms, memo))
+    memo[id(node)] = (node, out)
+    return out
+
+
+class _Rx:
+    """Regex text with its precedence: ``atom`` (quantifiable), ``cat`` or ``alt``."""
+
+    __slots__ = ("text", "kind")
+
+    def __init__(self, text: str, kind: str) -> None:
+        self.text = text
+        self.kind = kind
+
+
+_EMPTY = _Rx("", "cat")
+
+
+def _group(r: _Rx) -> str:
+    return r.text if r.kind == "atom" else f"(?:{r.text})"
+
+
+def _rx_alt(a: "_Rx | None", b: _Rx) -> _Rx:
+    if a is None:
+        return b
+    if a.text == b.text:
+        return a
+    if not a.text or not b.text:
+        other = b if not a.text else a
+        return _Rx(_group(other) + "?", "atom")
+    return _Rx(f"{a.text}|{b.text}", "alt")
+
+
+def _rx_cat(*parts: _Rx) -> _Rx:
+    texts = [p.text if p.kind != "alt" else f"(?:{p.text})" for p in parts if p.text]
+    if len(texts) == 1:
+        return next(p for p in parts if p.text)
+    return _Rx("".join(texts), "cat")
+
+
+def _rx_star(r: _Rx) -> _Rx:
+    return _EMPTY if not r.text else _Rx(_group(r) + "*", "atom")
+
+
+def _translate_by_automaton(tree: ast.Node, size_check, escaped: str) -> TranslatedPattern:
+    """Exact search semantics for a pattern with assertions (see the module docstring)."""
+    from poot_vllm.core.automata.build import Budget, regex_tree_to_dfa
+
+    tree = ast.concat([_ANY_RUN, _anchors_to_looks(tree), _ANY_RUN])
+    sets: dict[cs.CodepointSet, None] = {}
+    _classes(tree, sets)
+    atoms = _atoms(list(sets))
+    try:
+        dfa = regex_tree_to_dfa(_to_atoms(tree, atoms, {}), Budget(ATOM_AUTOMATON_BYTES, "the pattern's automaton"))
+    except LimitExceeded as exc:
+        raise PatternError(f"the pattern's automaton is too large: {exc}") from None
+    except PootError:
+        raise PatternError("the pattern matches no string poot can emit") from None
+    table = dfa.transitions[:, : len(atoms)].tolist()
+    accepting = dfa.accepting.tolist()
+    n = len(table)
+    spelled: dict[tuple[int, ...], _Rx | None] = {}
+
+    def label(members: tuple[int, ...]) -> "_Rx | None":
+        rx = spelled.get(members)
+        if members not in spelled:
+            ranges = cs.union(*(atoms[i] for i in members))
+            text = json_char_regex(ranges, escaped)
+            atomic = text is not None and not cs.intersect(ranges, cs.union(NOT_RAW, escaped_set(escaped)))
+            rx = spelled[members] = None if text is None else _Rx(text, "atom" if atomic else "alt")
+        return rx
+
+    # Edges (from, to) -> regex; -1 is a new start, n a new end.
+    edges: dict[tuple[int, int], _Rx] = {(-1, 0): _EMPTY}
+    for s_id, row in enumerate(table):
+        by_target: dict[int, list[int]] = {}
+        for atom, t in enumerate(row):
+            if t >= 0:
+                by_target.setdefault(t, []).append(atom)
+        for t, members in by_target.items():
+            rx = label(tuple(members))
+            if rx is not None:
+                edges[(s_id, t)] = rx
+        if accepting[s_id]:
+            edges[(s_id, n)] = _EMPTY
+    out_of: dict[int, set[int]] = {}
+    into: dict[int, set[int]] = {}
+    for a, b in edges:
+        out_of.setdefault(a, set()).add(b)
+        into.setdefault(b, set()).add(a)
+    remaining = set(range(n))
+    while remaining:
+        k = min(remaining, key=lambda q: (len(into.get(q, ())) * len(out_of.get(q, ())), q))
+        remaining.discard(k)
+        loop = edges.pop((k, k), None)
+        into.get(k, set()).discard(k)
+        out_of.get(k, set()).discard(k)
+        middle = _rx_star(loop) if loop is not None else _EMPTY
+        for i in sorted(into.pop(k, ())):
+            r_in = edges.pop((i, k))
+            out_of[i].discard(k)
+            for j in sorted(out_of.get(k, ())):
+                path = _rx_cat(r_in, middle, edges[(k, j)])
+                size_check(len(path.text))
+                edges[(i, j)] = _rx_alt(edges.get((i, j)), path)
+                out_of[i].add(j)
+                into.setdefault(j, set()).add(i)
+        for j in out_of.pop(k, ()):
+            edges.pop((k, j), None)
+            into[j].discard(k)
+    result = edges.get((-1, n))
+    if result is None:
+        raise PatternError("the pattern matches no string poot can emit")
+    text = f"(?:{result.text})" if result.kind == "alt" else result.text  # the caller embeds it
+    size_check(len(text))
+    min_len, max_len = _length_range(table, accepting)
+    return TranslatedPattern(text, min_len, max_len)
+
+
+def _length_range(table: "list[list[int]]", accepting: "list[bool]") -> "tuple[int, int | None]":
+    """Fewest and most characters of an accepted string (None: unbounded) of a trimmed DFA."""
+    n = len(table)
+    succ = [sorted({t for t in row if t >= 0}) for row in table]
+    dist = {0: 0}
+    frontier = [0]
+    while frontier:
+        nxt = []
+        for q in frontier:
+            for t in succ[q]:
+                if t not in dist:
+                    dist[t] = dist[q] + 1
+                    nxt.append(t)
+        frontier = nxt
+    min_len = min(d for q, d in dist.items() if accepting[q])
+    # longest path: None if a cycle is reachable (every state of a trimmed DFA is live)
+    order: list[int] = []
+    state = [0] * n  # 0 new, 1 on stack, 2 done
+    stack = [(0, 0)]
+    while stack:
+        q, i = stack.pop()
+        if i == 0:
+            if state[q] == 2:
+                continue
+            state[q] = 1
+        if i < len(succ[q]):
+            stack.append((q, i + 1))
+            t = succ[q][i]
+            if state[t] == 1:
+                return min_len, None
+            if state[t] == 0:
+                stack.append((t, 0))
+        else:
+            state[q] = 2
+            order.append(q)
+    longest = [-1] * n
+    for q in order:  # successors first
+        best = 0 if accepting[q] else -1
+        for t in succ[q]:
+            if longest[t] >= 0:
+                best = max(best, longest[t] + 1)
+        longest[q] = best
+    return min_len, longest[0]

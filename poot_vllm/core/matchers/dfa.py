@@ -1,8 +1,11 @@
 """Per-request matcher over a compiled DFA: the decode-time hot path.
 
 A :class:`DFAMatcher` holds only a stack of DFA states; everything heavy (the
-per-state mask rows, token distances) lives in the shared, read-only
-:class:`~poot_vllm.core.masks.DFAMaskIndex`.  ``fill_bitmask`` is a row copy.
+per-state mask rows, token distances, budget tables) lives in the shared,
+read-only :class:`~poot_vllm.core.masks.DFAMaskIndex`.  ``fill_bitmask`` is a
+row copy; near the end of a token budget, a row copy plus the bits of a few
+precomputed token groups (``DFAMaskIndex.restricted_mask``), never a trie walk
+unless the constraint's budget tables passed their memory bound.
 
 Accept / validate / rollback / termination follow vLLM's xgrammar backend and
 are implemented once for every matcher in :class:`~poot_vllm.core.matchers.base.TokenMatcher`;
@@ -86,6 +89,6 @@ class DFAMatcher(TokenMatcher):
                 # completion does not fit, follow the shortest completions
                 # rather than leave the mask empty.
                 budget = max(remaining, int(self._index.min_tokens_to_accept[state]))
-                self._index.restricted_mask(state, budget, row)
+                self._index.fill_restricted(state, budget, row.view(np.uint32))
                 return
         row[...] = self._rows[self._row_of_state[state]]

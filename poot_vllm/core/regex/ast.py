@@ -1,12 +1,17 @@
 """The regex syntax tree the parser produces and the automaton builder reads.
 
-Four node kinds suffice once groups, anchors and laziness are resolved (they
+Five node kinds suffice once groups, flags and laziness are resolved (they
 do not change which strings fully match):
 
 * :class:`Chars` - one code point from a set (literals, classes, ``.``);
 * :class:`Concat` - a sequence (``Concat(())`` matches only the empty string);
 * :class:`Alt` - an alternation (``Alt(())`` matches nothing);
-* :class:`Repeat` - ``item{min,max}``, ``max=None`` for unbounded.
+* :class:`Repeat` - ``item{min,max}``, ``max=None`` for unbounded;
+* :class:`Look` - a zero-width assertion on the text before or after the
+  point where it stands: lookarounds, and every anchor and word boundary
+  rewritten as lookarounds (``\\A`` is ``(?<![\\s\\S])``, ``\\b`` is
+  ``(?<=\\w)(?!\\w)|(?<!\\w)(?=\\w)``, ...), so the builder has one
+  zero-width mechanism.  Trees without one take the builder's plain path.
 
 :func:`~poot_vllm.core.regex.parser.parse_search` (``re.search``, for JSON
 Schema ``pattern``) also leaves :class:`Anchor` nodes, which its caller
@@ -54,7 +59,16 @@ class Anchor:
     kind: str
 
 
-Node = Union[Chars, Concat, Alt, Repeat]
+@dataclass(frozen=True)
+class Look:
+    """``(?=body)`` / ``(?!body)`` (``behind=False``) or ``(?<=body)`` / ``(?<!body)``."""
+
+    behind: bool
+    negated: bool
+    body: "Node"
+
+
+Node = Union[Chars, Concat, Alt, Repeat, Look]
 
 EPSILON = Concat(())
 NOTHING = Alt(())
@@ -108,9 +122,24 @@ def position_count(node: Node) -> int:
     (the last copy loops).  Python ints cannot overflow, so a pattern like
     ``(?:a{1000}){1000}`` is measured without being expanded.
     """
-    if isinstance(node, Chars):
+    if isinstance(node, (Chars, Look)):
         return 1
     if isinstance(node, (Concat, Alt)):
         return sum(position_count(i) for i in node.items)
     copies = node.max if node.max is not None else max(node.min, 1)
     return copies * position_count(node.item)
+
+
+def has_look(node: Node) -> bool:
+    """Whether the tree holds a zero-width assertion (the builder's slower path)."""
+    stack = [node]
+    while stack:
+        top = stack.pop()
+        if isinstance(top, Look):
+            return True
+        if isinstance(top, (Concat, Alt)):
+            stack.extend(top.items)
+        elif isinstance(top, Repeat):
+            stack.append(top.item)
+    return False
+

@@ -96,6 +96,26 @@ def intersect(a: CodepointSet, b: CodepointSet) -> CodepointSet:
     return tuple(out)
 
 
+def partition(sets: "list[CodepointSet]", max_atoms: int | None = None) -> list[CodepointSet]:
+    """The atoms of ``sets``: the non-empty intersections of each set or its complement.
+
+    Every set is a union of atoms, and two characters in one atom are in
+    exactly the same sets, so an automaton over atoms decides what one over
+    the sets would.  Raises ``ValueError`` once there are more than ``max_atoms``.
+    """
+    atoms = [ANY_CHAR]
+    for c in dict.fromkeys(sets):
+        nxt = []
+        for atom in atoms:
+            for piece in (intersect(atom, c), subtract(atom, c)):
+                if piece:
+                    nxt.append(piece)
+        atoms = nxt
+        if max_atoms is not None and len(atoms) > max_atoms:
+            raise ValueError(f"more than {max_atoms} distinct character classes")
+    return atoms
+
+
 @lru_cache(maxsize=4096)
 def single(cp: int) -> CodepointSet:
     return normalize([(cp, cp)])

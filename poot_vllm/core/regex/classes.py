@@ -44,9 +44,21 @@ class ClassSyntax(Protocol):
         ...
 
 
-def parse_class(source: Tokens, syntax: ClassSyntax, start: int) -> cs.CodepointSet:
-    """After the ``[`` at ``start``: the class's code points (negation applied, surrogates dropped)."""
+def parse_class(
+    source: Tokens, syntax: ClassSyntax, start: int, members: "list[tuple] | None" = None
+) -> cs.CodepointSet:
+    """After the ``[`` at ``start``: the class's code points (negation applied, surrogates dropped).
+
+    With ``members``, also records what the class is made of, in order, as
+    ``re``'s parser sees it -- ``("lit", cp)``, ``("range", lo, hi)``,
+    ``("set", "\\w")`` -- with ``("negate",)`` first for ``[^...]``:
+    IGNORECASE folds a class member by member
+    (:mod:`poot_vllm.core.regex.casefold`), so the members matter, not only
+    their union.
+    """
     negated = source.match("^")
+    if members is not None and negated:
+        members.append(("negate",))
     ranges: list[tuple[int, int]] = []
     nonempty = False
     while True:
@@ -66,13 +78,20 @@ def parse_class(source: Tokens, syntax: ClassSyntax, start: int) -> cs.Codepoint
             if that == "]":
                 _add(ranges, code1)
                 ranges.append((ord("-"), ord("-")))
+                if members is not None:
+                    members.append(_member(this, code1))
+                    members.append(("lit", ord("-")))
                 break
             code2 = syntax.member(source, that, pos, negated)
             if not isinstance(code1, int) or not isinstance(code2, int) or code2 < code1:
                 raise syntax.bad_range(source, start, this, that, code1, code2)
             ranges.append((code1, code2))
+            if members is not None:
+                members.append(("range", code1, code2))
         else:
             _add(ranges, code1)
+            if members is not None:
+                members.append(_member(this, code1))
     result = cs.normalize(ranges)
     return cs.complement(result) if negated else result
 
@@ -82,3 +101,7 @@ def _add(ranges: list[tuple[int, int]], code: int | cs.CodepointSet) -> None:
         ranges.append((code, code))
     else:
         ranges.extend(code)
+
+
+def _member(token: str, code: int | cs.CodepointSet) -> tuple:
+    return ("lit", code) if isinstance(code, int) else ("set", token)

@@ -40,6 +40,8 @@ class _Canon:
             key = ("s", tuple(self(i) for i in node.items))
         elif isinstance(node, ast.Alt):
             key = ("a", tuple(sorted(self(i) for i in node.items)))
+        elif isinstance(node, ast.Look):
+            key = ("l", node.behind, node.negated, self(node.body))
         else:
             key = ("r", self(node.item), node.min, node.max)
         cid = self.table.setdefault(key, len(self.table))
@@ -62,8 +64,8 @@ class _Factor:
         hit = self.done.get(cid)
         if hit is not None:
             return hit
-        if isinstance(node, ast.Chars):
-            out: ast.Node = node
+        if isinstance(node, (ast.Chars, ast.Look)):
+            out: ast.Node = node  # a lookaround's body is factored when its own automaton is built
         elif isinstance(node, ast.Concat):
             out = ast.concat([self.node(i) for i in node.items])
         elif isinstance(node, ast.Repeat):

@@ -3,12 +3,22 @@
 Two entry points, one grammar:
 
 * :func:`parse` -- ``guided_regex`` and every regex poot generates:
-  ``re.fullmatch`` semantics, so ``^``/``$`` are allowed only at the ends of
-  a top-level alternative (where they are no-ops) and are resolved away;
-* :func:`parse_search` -- JSON Schema ``pattern`` (``re.search``): anchors
-  (``^ $ \\A \\Z``) are kept as :class:`~poot_vllm.core.regex.ast.Anchor`
+  ``re.fullmatch`` semantics; ``^``/``\\A`` leading and ``$``/``\\Z`` ending a
+  top-level alternative are no-ops and dropped, anchors anywhere else become
+  :class:`~poot_vllm.core.regex.ast.Look` assertions;
+* :func:`parse_search` -- JSON Schema ``pattern`` (``re.search``): ``^ $ \\A
+  \\Z`` (without MULTILINE) are kept as :class:`~poot_vllm.core.regex.ast.Anchor`
   nodes wherever they stand, for :mod:`poot_vllm.core.json_schema.patterns`
   to resolve, and the caller chooses the sets of ``\\d \\w \\s``.
+
+Flags are resolved here, as ``re`` resolves them: global ``(?aimsux)`` only
+at the very start (Python 3.11+), scoped ``(?i-s:...)``; IGNORECASE folds
+each literal and class exactly as ``re`` does
+(:mod:`poot_vllm.core.regex.casefold`), DOTALL widens ``.``, MULTILINE
+changes ``^``/``$``, VERBOSE skips whitespace and ``#`` comments outside
+classes, ASCII narrows ``\\d \\w \\s`` and ``\\b`` and ASCII-only folding.
+``\\b``, ``\\B``, ``\\A``, ``\\Z`` and anchors become lookarounds
+(:mod:`poot_vllm.core.regex.ast`), which the automaton builder decides exactly.
 
 Classes ``[...]`` go through :mod:`poot_vllm.core.regex.classes`, which GBNF
 classes share, and every set is a :mod:`~poot_vllm.core.regex.charsets` set.
@@ -41,12 +51,12 @@ start a valid ``{m}``, ``{m,}``, ``{,n}`` or ``{m,n}`` is a literal; ``{,}``
 means ``*``; ``]`` first in a class is a literal; ``-`` first or last in a
 class is a literal; ``(?#...)`` comments are skipped.
 
-Constructs that need more than a finite automaton, or that change the
-meaning of the rest of the pattern, raise :class:`UnsupportedConstruct` naming
-the construct and its position: backreferences, lookarounds, ``\\b \\B``
-(and ``\\A \\Z`` under full-match), ``^``/``$`` anywhere but the ends (under
-full-match), inline flags, atomic groups, possessive quantifiers and
-conditionals.
+Constructs that need more than a finite automaton raise
+:class:`UnsupportedConstruct` naming the construct and its position:
+backreferences, atomic groups, possessive quantifiers, conditionals, the
+deprecated TEMPLATE flag, and an assertion that would read across the edge
+of an enclosing lookaround (``^``, ``\\b`` or a lookbehind inside a
+lookahead; ``$``, ``\\b`` or a lookahead inside a lookbehind).
 """
 
 from __future__ import annotations
@@ -57,6 +67,7 @@ from typing import Callable
 
 from poot_vllm.core.errors import ConstraintSyntaxError, UnsupportedConstruct
 from poot_vllm.core.regex import ast
+from poot_vllm.core.regex import casefold
 from poot_vllm.core.regex import charsets as cs
 from poot_vllm.core.regex.classes import parse_class
 from poot_vllm.core.regex.tokens import Tokens
@@ -77,7 +88,6 @@ _HEXDIGITS = frozenset("0123456789abcdefABCDEF")
 _ASCIILETTERS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
 _SPECIAL_CHARS = frozenset(".\\[{()*+?^$|")
 _CATEGORY_ESCAPES = frozenset(("\\d", "\\w", "\\s", "\\D", "\\W", "\\S"))
-_FLAG_CHARS = frozenset("aiLmsuxt-")
 _SIMPLE_ESCAPES = {
     "\\a": 0x07,
     "\\f": 0x0C,
@@ -87,15 +97,45 @@ _SIMPLE_ESCAPES = {
     "\\v": 0x0B,
     "\\\\": 0x5C,
 }
-_BOUNDARY_ESCAPES = {
-    "\\b": "\\b (word boundary)",
-    "\\B": "\\B (non-word-boundary)",
-}
-_STRING_ANCHORS = {
-    "\\A": ("^", "\\A (start-of-string assertion)"),
-    "\\Z": ("$", "\\Z (end-of-string assertion)"),
-}
-_LOOKAROUND_HINT = "lookaround assertions are not supported; match the text itself instead"
+# re's flag letters and bits (re._constants; TEMPLATE and DEBUG have no
+# meaning poot needs: ``t`` is refused, DEBUG has no letter).
+_I, _L, _M, _S, _U, _X, _A, _T = 2, 4, 8, 16, 32, 64, 256, 1
+_FLAGS = {"i": _I, "L": _L, "m": _M, "s": _S, "x": _X, "a": _A, "t": _T, "u": _U}
+_TYPE_FLAGS = _A | _L | _U
+_GLOBAL_FLAGS = _T
+_WHITESPACE = frozenset(" \t\n\r\v\f")
+#: re's bound on widths (``getwidth``).
+_MAXWIDTH = 1 << 64
+_MAXCODE = (1 << 32) - 1
+
+_ANY = ast.Chars(cs.ANY_CHAR)
+#: ``\A``: nothing before; ``\Z``: nothing after.
+_AT_START: ast.Node = ast.Look(behind=True, negated=True, body=_ANY)
+_AT_END: ast.Node = ast.Look(behind=False, negated=True, body=_ANY)
+#: ``$`` without MULTILINE: the end, or a newline that ends the text.
+_DOLLAR: ast.Node = ast.Look(behind=False, negated=False, body=ast.concat([ast.repeat(ast.Chars(cs.single(10)), 0, 1), _AT_END]))
+#: MULTILINE ``^``: not after a character other than a newline; ``$``: before a newline or the end.
+_LINE_START: ast.Node = ast.Look(behind=True, negated=True, body=ast.Chars(cs.DOT))
+_LINE_END: ast.Node = ast.alt([ast.Look(behind=False, negated=False, body=ast.Chars(cs.single(10))), _AT_END])
+#: Which side of the text an assertion reads (lookbehinds read what came before, lookaheads what follows).
+_NEEDS = {"^": "behind", "$": "ahead", "\\A": "behind", "\\Z": "ahead", "\\b": "both", "\\B": "both"}
+
+
+def _word_boundary(word: cs.CodepointSet, negated: bool) -> ast.Node:
+    """``\\b`` (``negated``: ``\\B``) as lookarounds on the word class ``word``.
+
+    ``re`` (before 3.14) never matches ``\\b`` or ``\\B`` in the empty text, so
+    ``\\B`` also needs a character on one side.
+    """
+    w = ast.Chars(word)
+    before = ast.Look(True, False, w)
+    not_before = ast.Look(True, True, w)
+    after = ast.Look(False, False, w)
+    not_after = ast.Look(False, True, w)
+    if not negated:
+        return ast.alt([ast.Concat((before, not_after)), ast.Concat((not_before, after))])
+    nonempty = ast.alt([ast.Look(True, False, _ANY), ast.Look(False, False, _ANY)])
+    return ast.alt([ast.Concat((before, after)), ast.Concat((not_before, not_after, nonempty))])
 
 
 def python_categories(escape: str, negated: bool) -> cs.CodepointSet:
@@ -103,6 +143,13 @@ def python_categories(escape: str, negated: bool) -> cs.CodepointSet:
     result = cs.category_escape(escape)
     assert result is not None, escape
     return result
+
+
+def _ascii_category(escape: str) -> cs.CodepointSet:
+    """``\\d``-style sets under the ASCII flag, exactly as ``re``."""
+    letter = escape[1]
+    ascii_set = cs.ASCII_CATEGORIES[letter.lower()]
+    return ascii_set if letter.islower() else cs.complement(ascii_set)
 
 
 def _unsupported(what: str, pos: int, hint: str = "") -> UnsupportedConstruct:
@@ -118,8 +165,10 @@ class _Item:
 
     node: ast.Node
     pos: int
-    anchor: str | None = None  # "^" or "$"
+    anchor: str | None = None  # "^" (\A, ^) or "$" (\Z, $): no-ops at the ends of a full match
+    at: bool = False  # an AT opcode for re (^ $ \A \Z \b \B): "nothing to repeat"
     repeated: bool = False
+    width: tuple[int, int] = (1, 1)  # re's getwidth, for lookbehinds
 
 
 @dataclass
@@ -140,28 +189,26 @@ def parse_search(pattern: str, categories: CategorySets = python_categories) -> 
 
     ``^``/``\\A`` become ``Anchor("^")`` and ``$``/``\\Z`` ``Anchor("$")``
     wherever they stand (``$`` before a trailing newline is the caller's to
-    decide).  ``categories`` gives the sets of ``\\d \\w \\s \\D \\W \\S``.
+    decide); under MULTILINE, ``^``/``$`` and ``\\b``, ``\\B`` and
+    lookarounds are :class:`~poot_vllm.core.regex.ast.Look` nodes on the
+    searched text.  ``categories`` gives the sets of ``\\d \\w \\s \\D \\W \\S``
+    (the ASCII flag makes them ASCII, exactly).
     """
     parser = _Parser(pattern, search=True, categories=categories)
     return ast.alt([ast.concat([item.node for item in branch]) for branch in parser.parse()])
 
 
 def _strip_end_anchors(items: list[_Item]) -> ast.Node:
-    """A top-level branch: ``^`` may lead it and ``$`` may end it (both no-ops under fullmatch)."""
+    """A top-level branch: ``^``/``\\A`` leading it and ``$``/``\\Z`` ending it are no-ops under fullmatch.
+
+    Anchors elsewhere stay as :class:`~poot_vllm.core.regex.ast.Look` nodes.
+    """
     start = 0
     while start < len(items) and items[start].anchor == "^":
         start += 1
     end = len(items)
     while end > start and items[end - 1].anchor == "$":
         end -= 1
-    for item in items[start:end]:
-        if item.anchor is not None:
-            where = "the start" if item.anchor == "^" else "the end"
-            raise _unsupported(
-                f"{item.anchor} anchor not at {where} of the pattern",
-                item.pos,
-                "poot matches whole replies, so ^ and $ are only allowed at the ends",
-            )
     return ast.concat([item.node for item in items[start:end]])
 
 
@@ -172,6 +219,10 @@ class _PythonClasses:
 
     def __init__(self, categories: CategorySets) -> None:
         self.categories = categories
+        self.ascii = False  # the ASCII flag is in force where the class stands
+        #: Inside an odd number of negative lookarounds: a set's complement is what
+        #: constrains the text, so ``categories`` is asked for the negated-context set.
+        self.flip = False
 
     def member(self, source: Tokens, token: str, pos: int, negated: bool) -> int | cs.CodepointSet:
         if token[0] != "\\":
@@ -181,7 +232,7 @@ class _PythonClasses:
         if token in _SIMPLE_ESCAPES:
             return _SIMPLE_ESCAPES[token]
         if token in _CATEGORY_ESCAPES:
-            return self.categories(token, negated)
+            return _ascii_category(token) if self.ascii else self.categories(token, negated != self.flip)
         code = _code_escape(source, token)
         if code is not None:
             return code
@@ -203,6 +254,13 @@ class _PythonClasses:
         return source.error(f"bad character range {this}-{that}", len(this) + 1 + len(that))
 
 
+def _combine_flags(flags: int, add: int, remove: int) -> int:
+    """A scoped group's flags, as ``re._compiler._combine_flags``."""
+    if add & _TYPE_FLAGS:
+        flags &= ~_TYPE_FLAGS
+    return (flags | add) & ~remove
+
+
 class _Parser:
     def __init__(self, pattern: str, search: bool, categories: CategorySets) -> None:
         self.source = Tokens(pattern)
@@ -210,71 +268,116 @@ class _Parser:
         self.search = search
         self.categories = categories
         self.classes = _PythonClasses(categories)
+        self.global_flags = 0
+        #: Enclosing lookarounds, innermost last ("ahead" / "behind") with their positions.
+        self.looks: list[tuple[str, int]] = []
 
     def parse(self) -> list[list[_Item]]:
-        branches = self._alternatives(nested=0)
+        branches = self._alternatives(nested=0, flags=None)
         if self.source.next is not None:
             assert self.source.next == ")"
             raise self.source.error("unbalanced parenthesis")
+        if self.global_flags & _A and self.global_flags & _U:
+            raise ConstraintSyntaxError("invalid regex: ASCII and UNICODE flags are incompatible")
         return branches
 
-    def _alternatives(self, nested: int) -> list[list[_Item]]:
-        branches = [self._sequence(nested)]
+    def _alternatives(self, nested: int, flags: int | None) -> list[list[_Item]]:
+        """``flags`` None: the top level, whose flags are the global ones (set by a leading ``(?i)``)."""
+        branches = [self._sequence(nested, flags, first=flags is None)]
         while self.source.match("|"):
-            branches.append(self._sequence(nested))
+            branches.append(self._sequence(nested, flags, first=False))
         return branches
 
-    def _group_body(self, nested: int, start: int) -> ast.Node:
+    def _group_body(self, nested: int, start: int, flags: int) -> tuple[ast.Node, tuple[int, int]]:
         source = self.source
         if nested > MAX_NESTING:
             raise _unsupported(f"groups nested more than {MAX_NESTING} deep", start, "flatten the pattern")
-        branches = self._alternatives(nested)
-        if not self.search:
-            for items in branches:
-                for item in items:
-                    if item.anchor is not None:
-                        raise _unsupported(
-                            f"{item.anchor} anchor inside a group",
-                            item.pos,
-                            "poot matches whole replies, so ^ and $ are only allowed at the ends of the pattern",
-                        )
+        branches = self._alternatives(nested, flags)
         if not source.match(")"):
             raise source.error("missing ), unterminated subpattern", source.tell() - start)
-        return ast.alt([ast.concat([item.node for item in items]) for items in branches])
+        return ast.alt([ast.concat([item.node for item in items]) for items in branches]), _branches_width(branches)
 
-    def _sequence(self, nested: int) -> list[_Item]:
+    def _sequence(self, nested: int, flags: int | None, first: bool) -> list[_Item]:
         source = self.source
         items: list[_Item] = []
         while True:
+            here = self.global_flags if flags is None else flags
             this = source.next
             if this is None or this in ("|", ")"):
                 return items
             pos = source.tell()
             source.get()
 
+            if here & _X:
+                if this in _WHITESPACE:
+                    continue
+                if this == "#":
+                    while True:
+                        this = source.get()
+                        if this is None or this == "\n":
+                            break
+                    continue
+
             if this[0] == "\\":
-                items.append(self._escape(this, pos))
+                items.append(self._escape(this, pos, here))
             elif this not in _SPECIAL_CHARS:
-                items.append(_Item(ast.chars(cs.single(ord(this))), pos))
+                node = self._char(ord(this), here) if here & _I else ast.chars(cs.single(ord(this)))
+                items.append(_Item(node, pos))
             elif this == "[":
-                items.append(_Item(ast.chars(parse_class(source, self.classes, pos)), pos))
+                members: list[tuple] = []
+                self.classes.ascii = bool(here & _A)
+                cps = parse_class(source, self.classes, pos, members)
+                if here & _I and _may_fold(members):
+                    cps = casefold.folded(casefold.class_spelling(members), cps, bool(here & _A))
+                items.append(_Item(ast.chars(cps), pos))
             elif this in "*+?{":
                 if not self._quantifier(items, this, pos):
-                    items.append(_Item(ast.chars(cs.single(ord("{"))), pos))
+                    items.append(_Item(self._char(ord("{"), here), pos))
             elif this == ".":
-                items.append(_Item(ast.chars(cs.DOT), pos))
+                items.append(_Item(ast.chars(cs.ANY_CHAR if here & _S else cs.DOT), pos))
             elif this == "(":
-                node = self._group(nested, pos)
-                if node is not None:
-                    items.append(_Item(node, pos))
+                got = self._group(nested, pos, here, first=first and not items)
+                if isinstance(got, _Item):
+                    items.append(got)
             elif this in "^$":
-                items.append(self._anchor(this, pos))
+                items.append(self._anchor(this, pos, here))
             else:  # pragma: no cover - _SPECIAL_CHARS is exhausted above
                 raise AssertionError(this)
 
-    def _anchor(self, kind: str, pos: int) -> _Item:
-        node = ast.Anchor(kind) if self.search else ast.EPSILON
-        return _Item(node, pos, anchor=kind)
+    def _char(self, code: int, flags: int) -> ast.Node:
+        if flags & _I and cs.intersect(cs.single(code), casefold.cased_set()):
+            return ast.chars(casefold.fold_literal(code, bool(flags & _A)))
+        return ast.chars(cs.single(code))
+
+    def _assertion(self, what: str, pos: int, needs: str = "", one_class: bool = True) -> None:
+        """Refuse an assertion that would read across the edge of an enclosing lookaround.
+
+        The one exception: an assertion on the single character before it
+        (``^``, ``\\b``, ``(?<=\\w)``: ``one_class``) directly inside one
+        lookahead, which the builder decides from the preceding position.
+        """
+        needs = needs or _NEEDS[what]
+        if needs in ("behind", "both") and one_class and [kind for kind, _ in self.looks] == ["ahead"]:
+            needs = "ahead" if needs == "both" else ""
+        for kind, _ in self.looks:
+            if kind == "ahead" and needs in ("behind", "both"):
+                raise _unsupported(
+                    f"{what} inside a lookahead", pos, "it would read the text before the lookahead; move it out of the lookahead"
+                )
+            if kind == "behind" and needs in ("ahead", "both"):
+                raise _unsupported(
+                    f"{what} inside a lookbehind", pos, "it would read the text after the lookbehind; move it out of the lookbehind"
+                )
+
+    def _anchor(self, kind: str, pos: int, flags: int) -> _Item:
+        self._assertion(kind, pos)
+        if self.search and not flags & _M:
+            return _Item(ast.Anchor(kind), pos, anchor=kind, at=True, width=(0, 0))
+        if kind == "^":
+            node = _LINE_START if flags & _M else _AT_START
+        else:
+            node = _LINE_END if flags & _M else _DOLLAR
+        return _Item(node, pos, anchor=kind, at=True, width=(0, 0))
 
     def _quantifier(self, items: list[_Item], this: str, pos: int) -> bool:
         """Apply ``* + ? {..}`` to the last item; False when ``{`` is a plain literal."""
@@ -313,7 +416,7 @@ class _Parser:
                     raise source.error("the repetition number is too large", source.tell() - pos)
                 if hi < lo:
                     raise source.error("min repeat greater than max repeat", source.tell() - here)
-        if not items or items[-1].anchor is not None:
+        if not items or items[-1].at:
             raise source.error("nothing to repeat", source.tell() - pos)
         if items[-1].repeated:
             raise source.error("multiple repeat", source.tell() - pos)
@@ -323,14 +426,17 @@ class _Parser:
             )
         source.match("?")  # lazy: same set of full matches
         last = items[-1]
-        items[-1] = _Item(ast.repeat(last.node, lo, hi), last.pos, repeated=True)
+        w_lo, w_hi = last.width
+        width = (w_lo * lo, _MAXWIDTH if hi is None and w_hi else w_hi * (hi or 0))
+        items[-1] = _Item(ast.repeat(last.node, lo, hi), last.pos, repeated=True, width=width)
         return True
 
-    def _group(self, nested: int, start: int) -> ast.Node | None:
-        """After ``(``: a group's node, or None for a comment."""
+    def _group(self, nested: int, start: int, flags: int, first: bool) -> "_Item | None":
+        """After ``(``: a group's item, or None for a comment or global flags."""
         source, state = self.source, self.state
         name: str | None = None
         capture = True
+        add = remove = 0
         if source.match("?"):
             char = source.get()
             if char is None:
@@ -361,27 +467,30 @@ class _Parser:
                         raise source.error("missing ), unterminated comment", source.tell() - start)
                     if source.get() == ")":
                         return None
-            elif char in "=!":
-                kind = "lookahead" if char == "=" else "negative lookahead"
-                raise _unsupported(f"{kind} (?{char}...)", start, _LOOKAROUND_HINT)
-            elif char == "<":
-                char = source.get()
-                if char is None:
-                    raise source.error("unexpected end of pattern")
-                if char not in "=!":
-                    raise source.error("unknown extension ?<" + char, len(char) + 2)
-                kind = "lookbehind" if char == "=" else "negative lookbehind"
-                raise _unsupported(f"{kind} (?<{char}...)", start, _LOOKAROUND_HINT)
+            elif char in "=!<":
+                behind = char == "<"
+                if behind:
+                    char = source.get()
+                    if char is None:
+                        raise source.error("unexpected end of pattern")
+                    if char not in "=!":
+                        raise source.error("unknown extension ?<" + char, len(char) + 2)
+                return self._lookaround(nested, start, flags, behind, char == "!")
             elif char == "(":
                 raise _unsupported("conditional group (?(...)...)", start)
             elif char == ">":
                 raise _unsupported("atomic group (?>...)", start)
-            elif char in _FLAG_CHARS:
-                raise _unsupported(
-                    "inline flags (?" + char + "...)", start, "poot's regex dialect has no flags (case-insensitivity, DOTALL, ...)"
-                )
+            elif char in _FLAGS or char == "-":
+                parsed = self._flags(char, start)
+                if parsed is None:  # global flags
+                    if not first:
+                        raise source.error("global flags not at the start of the expression", source.tell() - start)
+                    return None
+                add, remove = parsed
+                capture = False
             else:
                 raise source.error("unknown extension ?" + char, len(char) + 1)
+        inner = _combine_flags(flags, add, remove)
         if capture:
             if name is not None:
                 if name in state.names:
@@ -390,32 +499,114 @@ class _Parser:
             gid = state.groups
             state.groups += 1
             state.open_groups.add(gid)
-            node = self._group_body(nested + 1, start)
+            node, width = self._group_body(nested + 1, start, inner)
             state.open_groups.discard(gid)
-            return node
-        return self._group_body(nested + 1, start)
+            return _Item(node, start, width=width)
+        node, width = self._group_body(nested + 1, start, inner)
+        return _Item(node, start, width=width)
 
-    def _escape(self, escape: str, pos: int) -> _Item:
+    def _lookaround(self, nested: int, start: int, flags: int, behind: bool, negated: bool) -> _Item:
+        kind = "behind" if behind else "ahead"
+        name = ("negative " if negated else "") + ("lookbehind" if behind else "lookahead")
+        spelled = "(?" + ("<" if behind else "") + ("!" if negated else "=") + "...)"
+        if not behind:
+            self._assertion(f"{name} {spelled}", start, kind)
+        self.looks.append((kind, start))
+        self.classes.flip ^= negated
+        body, (lo, hi) = self._group_body(nested + 1, start, flags)
+        self.classes.flip ^= negated
+        self.looks.pop()
+        if behind:
+            self._assertion(f"{name} {spelled}", start, kind, one_class=isinstance(body, ast.Chars))
+        if behind:
+            if lo > _MAXCODE:
+                raise ConstraintSyntaxError(f"invalid regex: looks too much behind (the {name} at position {start})")
+            if lo != hi:
+                raise ConstraintSyntaxError(
+                    f"invalid regex: look-behind requires fixed-width pattern (the {name} {spelled} at position {start})"
+                )
+        return _Item(ast.Look(behind, negated, body), start, width=(0, 0))
+
+    def _flags(self, char: str, start: int) -> "tuple[int, int] | None":
+        """``(?aiLmsux-imsx:`` or ``(?aiLmsux)``, after its first letter, as ``re._parser._parse_flags``.
+
+        None for global flags (``(?i)``), which are added to the pattern's
+        flags; else the scoped group's added and removed flags.
+        """
+        source = self.source
+        add = remove = 0
+        if char != "-":
+            while True:
+                flag = _FLAGS[char]
+                if char == "L":
+                    raise source.error("bad inline flags: cannot use 'L' flag with a str pattern")
+                if char == "t":
+                    raise _unsupported("the TEMPLATE flag (?t)", start, "it is deprecated in Python; remove it")
+                add |= flag
+                if (flag & _TYPE_FLAGS) and (add & _TYPE_FLAGS) != flag:
+                    raise source.error("bad inline flags: flags 'a', 'u' and 'L' are incompatible")
+                char = source.get()
+                if char is None:
+                    raise source.error("missing -, : or )")
+                if char in ")-:":
+                    break
+                if char not in _FLAGS:
+                    raise source.error("unknown flag" if char.isalpha() else "missing -, : or )", len(char))
+        if char == ")":
+            self.global_flags |= add
+            return None
+        if add & _GLOBAL_FLAGS:  # pragma: no cover - t is refused above
+            raise source.error("bad inline flags: cannot turn on global flag", 1)
+        if char == "-":
+            char = source.get()
+            if char is None:
+                raise source.error("missing flag")
+            if char not in _FLAGS:
+                raise source.error("unknown flag" if char.isalpha() else "missing flag", len(char))
+            while True:
+                flag = _FLAGS[char]
+                if flag & _TYPE_FLAGS:
+                    raise source.error("bad inline flags: cannot turn off flags 'a', 'u' and 'L'")
+                remove |= flag
+                char = source.get()
+                if char is None:
+                    raise source.error("missing :")
+                if char == ":":
+                    break
+                if char not in _FLAGS:
+                    raise source.error("unknown flag" if char.isalpha() else "missing :", len(char))
+        assert char == ":"
+        if remove & _GLOBAL_FLAGS:
+            raise source.error("bad inline flags: cannot turn off global flag", 1)
+        if add & remove:
+            raise source.error("bad inline flags: flag turned on and off", 1)
+        return add, remove
+
+    def _escape(self, escape: str, pos: int, flags: int) -> _Item:
         """An escape outside a class."""
         source, state = self.source, self.state
-        if escape in _BOUNDARY_ESCAPES:
-            raise _unsupported(_BOUNDARY_ESCAPES[escape], pos)
-        if escape in _STRING_ANCHORS:
-            kind, what = _STRING_ANCHORS[escape]
-            if not self.search:
-                raise _unsupported(what, pos)
-            return self._anchor(kind, pos)
+        if escape in ("\\b", "\\B"):
+            self._assertion(escape, pos)
+            word = cs.ASCII_CATEGORIES["w"] if flags & _A else cs.category("w")
+            return _Item(_word_boundary(word, escape == "\\B"), pos, at=True, width=(0, 0))
+        if escape in ("\\A", "\\Z"):
+            kind = "^" if escape == "\\A" else "$"
+            self._assertion(escape, pos)
+            if self.search:
+                return _Item(ast.Anchor(kind), pos, anchor=kind, at=True, width=(0, 0))
+            return _Item(_AT_START if kind == "^" else _AT_END, pos, anchor=kind, at=True, width=(0, 0))
         if escape in _CATEGORY_ESCAPES:
-            return _Item(ast.chars(self.categories(escape, False)), pos)
+            cps = _ascii_category(escape) if flags & _A else self.categories(escape, self.classes.flip)
+            return _Item(ast.chars(cps), pos)
         if escape in _SIMPLE_ESCAPES:
-            return _Item(ast.chars(cs.single(_SIMPLE_ESCAPES[escape])), pos)
+            return _Item(self._char(_SIMPLE_ESCAPES[escape], flags), pos)
         code = _code_escape(source, escape)
         if code is not None:
-            return _Item(ast.chars(cs.single(code)), pos)
+            return _Item(self._char(code, flags), pos)
         c = escape[1]
         if c == "0":
             escape += source.getwhile(2, _OCTDIGITS)
-            return _Item(ast.chars(cs.single(int(escape[1:], 8))), pos)
+            return _Item(self._char(int(escape[1:], 8), flags), pos)
         if c in _DIGITS:
             # octal escape *or* group reference, decided like re does
             if source.next is not None and source.next in _DIGITS:
@@ -425,7 +616,7 @@ class _Parser:
                     code = int(escape[1:], 8)
                     if code > 0o377:
                         raise source.error(f"octal escape value {escape} outside of range 0-0o377", len(escape))
-                    return _Item(ast.chars(cs.single(code)), pos)
+                    return _Item(self._char(code, flags), pos)
             group = int(escape[1:])
             if group < state.groups:
                 if group in state.open_groups:
@@ -434,7 +625,28 @@ class _Parser:
             raise source.error(f"invalid group reference {group}", len(escape) - 1)
         if c in _ASCIILETTERS:
             raise source.error("bad escape " + escape, len(escape))
-        return _Item(ast.chars(cs.single(ord(c))), pos)
+        return _Item(self._char(ord(c), flags), pos)
+
+
+def _branches_width(branches: list[list[_Item]]) -> tuple[int, int]:
+    """``re``'s getwidth of an alternation of sequences."""
+    lo, hi = _MAXWIDTH, 0
+    for items in branches:
+        a = sum(item.width[0] for item in items)
+        b = sum(item.width[1] for item in items)
+        lo, hi = min(lo, a), max(hi, b)
+    return min(lo, _MAXWIDTH), min(hi, _MAXWIDTH)
+
+
+def _may_fold(members: "list[tuple]") -> bool:
+    """Whether IGNORECASE can change a class: ``re`` folds only when a literal or range member is cased."""
+    cased = casefold.cased_set()
+    for member in members:
+        if member[0] == "lit" and cs.intersect(cs.single(member[1]), cased):
+            return True
+        if member[0] == "range" and (member[2] > 0xFFFF or cs.intersect(cs.normalize([(member[1], member[2])]), cased)):
+            return True  # re folds every range reaching past the BMP
+    return False
 
 
 def _check_group_name(source: Tokens, name: str, offset: int) -> None:

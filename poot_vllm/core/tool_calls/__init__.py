@@ -1,7 +1,7 @@
 """Tool calls in each model family's own format: codecs, forcing, selection.
 
-* ``codecs``: ChatML/Hermes ``<tool_call>`` (the envelope poot forces),
-  Mistral ``[TOOL_CALLS]``, Llama 3.1 ``<|python_tag|>`` (names and markers);
+* ``codecs``: ChatML/Hermes ``<tool_call>``, Mistral ``[TOOL_CALLS]``, Llama
+  3.1 ``<|python_tag|>``: names, markers and the envelope poot forces;
 * ``forcing``: ``tool_choice`` required/named as a regular language
   (``compile_tool_call_constraint``, used by ``constraints.compile_automaton``);
 * ``selection``: which codec a model (or this server) uses.

@@ -2,13 +2,21 @@
 
 A codec names a tool-call text format: poot's name for it (``POOT_TOOL_CODEC``),
 the vLLM ``--tool-call-parser`` that reads it, the marker its calls start
-with, and whether poot can force it.  Only the ChatML/Hermes format can be
-forced (its calls are a regular language poot builds from the tools'
-schemas, ``forcing.py``), so only :class:`HermesCodec` carries the exact
-envelope: markers, separator and the text before the arguments.  Reading
-replies back is the job of vLLM's tool parser; the reference encoders and
-parsers the tests check against live in ``tests/helpers/tool_codecs.py``.
-vLLM-free.
+with, and the exact envelope poot forces (``forcing.py`` builds the regular
+language ``prefix call (separator call)* suffix`` from the tools' schemas,
+each call being ``call_head(name) arguments call_tail``).  Each envelope is
+the text that family's vLLM parser reads back, streaming and not, with the
+call's name before its arguments (the streaming parsers send the name first).
+Reading replies back is the job of vLLM's tool parser; the reference
+encoders and parsers the tests check against live in
+``tests/helpers/tool_codecs.py``.  vLLM-free.
+
+Special tokens never appear in a forced call (poot's vocabulary never lets a
+model emit a control token as content), so each envelope is plain text that
+ordinary tokens spell: Mistral's forced calls are the bare JSON array vLLM's
+mistral parser reads for required/named calls (no ``[TOOL_CALLS]`` control
+token), Llama 3's the bare JSON objects its parser reads (no
+``<|python_tag|>``, which Llama 3.1 uses for its built-in tools only).
 """
 
 from __future__ import annotations
@@ -23,8 +31,25 @@ class Codec:
     vllm_parser: str = ""
     #: whether poot can force calls in this format (a regular language)
     can_force: bool = False
-    #: the text that starts the calls
+    #: the text that starts the calls in the model's chat template
     start_marker: str = ""
+    #: the forced reply: ``prefix call (separator call)* suffix``
+    prefix: str = ""
+    separator: str = ""
+    suffix: str = ""
+    #: Characters never written raw inside the arguments' strings (only as
+    #: ``\\u00XX``): those that would let a string spell text the parser
+    #: looks for by text (a marker), and so cut the call.
+    escaped_in_arguments: str = ""
+    #: Texts a tool name may not contain (they would end the call for the parser).
+    reserved: tuple[str, ...] = ()
+
+    def call_head(self, name: str) -> str:
+        """One call's text up to its arguments."""
+        raise NotImplementedError(f"poot does not force the {self.name} format")
+
+    #: One call's text after its arguments.
+    call_tail: str = ""
 
 
 class HermesCodec(Codec):
@@ -42,31 +67,63 @@ class HermesCodec(Codec):
     start_marker = "<tool_call>"
     end_marker = "</tool_call>"
     separator = "\n"
-    #: Characters never written raw inside the arguments' strings (only as
-    #: ``\\u00XX``): both markers start with ``<``, so neither the text of a
-    #: marker nor a token holding one can appear inside the arguments, where
-    #: vLLM's hermes parser would cut the call (it finds the markers by text).
+    # Both markers start with "<", so neither the text of a marker nor a token
+    # holding one can appear inside the arguments, where vLLM's hermes parser
+    # would cut the call (it finds the markers by text).
     escaped_in_arguments = "<"
+    reserved = (start_marker, end_marker)
+    call_tail = "}\n" + end_marker
 
     def envelope_head(self, name: str) -> str:
         """The call's text up to its arguments (after ``start_marker`` and a newline)."""
         return '{"name": ' + json.dumps(name, ensure_ascii=False) + ', "arguments": '
 
+    def call_head(self, name: str) -> str:
+        return self.start_marker + "\n" + self.envelope_head(name)
+
 
 class MistralCodec(Codec):
-    """Mistral: ``[TOOL_CALLS][{"name": ..., "arguments": {...}}]`` (v11: ``[TOOL_CALLS]name[ARGS]{...}``)."""
+    """Mistral: ``[TOOL_CALLS][{"name": ..., "arguments": {...}}]`` (v11: ``[TOOL_CALLS]name[ARGS]{...}``).
+
+    Forced: the bare array ``[{"name": ..., "arguments":{...}}, ...]`` that
+    vLLM's mistral parser reads for required/named calls (it reads the
+    ``[TOOL_CALLS]`` marker by text, so ``_`` is only ever escaped in the
+    arguments' strings: they cannot spell it; no space before the arguments,
+    as the parser's streaming path expects).
+    """
 
     name = "mistral"
     vllm_parser = "mistral"
+    can_force = True
     start_marker = "[TOOL_CALLS]"
+    prefix = "["
+    separator = ", "
+    suffix = "]"
+    escaped_in_arguments = "_"
+    reserved = (start_marker,)
+    call_tail = "}"
+
+    def call_head(self, name: str) -> str:
+        return '{"name": ' + json.dumps(name, ensure_ascii=False) + ', "arguments":'
 
 
 class Llama3Codec(Codec):
-    """Llama 3.1+ JSON calls: ``<|python_tag|>{"name": ..., "parameters": {...}}`` (several joined by ``; ``)."""
+    """Llama 3.1+ JSON calls: ``<|python_tag|>{"name": ..., "parameters": {...}}`` (several joined by ``; ``).
+
+    Forced: ``{"name": ..., "parameters": {...}}`` joined by ``; `` (what the
+    Llama 3.1 template asks for custom tools, and what vLLM's ``llama3_json``
+    parser reads; it decodes the JSON, so nothing needs escaping).
+    """
 
     name = "llama3"
     vllm_parser = "llama3_json"
+    can_force = True
     start_marker = "<|python_tag|>"
+    separator = "; "
+    call_tail = "}"
+
+    def call_head(self, name: str) -> str:
+        return '{"name": ' + json.dumps(name, ensure_ascii=False) + ', "parameters": '
 
 
 CODECS: dict[str, Codec] = {c.name: c for c in (HermesCodec(), MistralCodec(), Llama3Codec())}

@@ -1,15 +1,19 @@
-"""The forced tool-call reply as a regular language (ChatML/Hermes codec).
+"""The forced tool-call reply as a regular language, in the model's own format.
 
 ``tool_choice: "required"`` or a named tool is a regular language over the
-codec's envelope: ``<tool_call>\\n{"name": "<name>", "arguments": <args>}\\n</tool_call>``,
+codec's envelope (:mod:`.codecs`): ``prefix call (separator call)* suffix``
+with each call ``call_head(name) <args> call_tail`` -- for ChatML/Hermes
+``<tool_call>\\n{"name": "<name>", "arguments": <args>}\\n</tool_call>`` --,
 where ``<args>`` is the tool's ``parameters`` schema compiled by poot's JSON
 Schema compiler (an empty or missing schema gives exactly ``{}``) and the
-name one of the allowed tools.  In the arguments, ``<`` is only ever written
-as ``\\u003c`` (the decoded values are the same), so no marker can appear
-inside them and vLLM's hermes parser (which finds the markers by text)
-always reads the whole call.  When parallel calls are allowed the call is
-repeated with the codec's separator: the DFA of one call is built once and
-looped (:func:`repeat_with_separator`), never written twice into the regex.
+name one of the allowed tools.  In the arguments, the codec's
+``escaped_in_arguments`` characters (Hermes: ``<``) are only ever written as
+``\\u00XX`` escapes (the decoded values are the same), so no marker can
+appear inside them and the parser (which finds markers by text) always reads
+the whole call.  When parallel calls are allowed the call is repeated with
+the codec's separator: the DFA of one call is built once and looped
+(:func:`repeat_with_separator`), never written twice into the regex; the
+prefix and suffix are chained around it (:func:`wrap_literals`).
 
 The request carries a small JSON payload (:func:`tool_call_spec`); the
 engine rebuilds the automaton from it (:func:`compile_tool_call_constraint`).
@@ -31,7 +35,7 @@ from poot_vllm.core.automata.dfa import DFA
 from poot_vllm.core.errors import ConstraintSyntaxError, LimitExceeded, PootError
 from poot_vllm.core.limits import DEFAULT_LIMITS, Limits
 from poot_vllm.core.regex.parser import parse
-from poot_vllm.core.tool_calls.codecs import HermesCodec, get_codec
+from poot_vllm.core.tool_calls.codecs import Codec, get_codec
 from poot_vllm.core.json_schema import canonical_schema_text, schema_to_regex
 
 SPEC_VERSION = 1
@@ -89,9 +93,9 @@ def arguments_regex(parameters: Any, limits: Limits, escaped: str = "") -> str:
     return schema_to_regex(parameters, limits, escaped=escaped)
 
 
-def _forcing_codec(payload: dict) -> HermesCodec:
+def _forcing_codec(payload: dict) -> Codec:
     codec = get_codec(payload.get("codec", "hermes"))
-    if not isinstance(codec, HermesCodec):
+    if not codec.can_force:
         raise PootError(f"tool calls in the {codec.name} format cannot be forced by poot")
     return codec
 
@@ -106,7 +110,7 @@ def call_regex(spec: str, limits: Limits = DEFAULT_LIMITS) -> str:
     total = 0
     for i, tool in enumerate(payload["tools"]):
         name = tool["name"]
-        for marker in (codec.start_marker, codec.end_marker):
+        for marker in codec.reserved:
             if marker in name:
                 raise PootError(f"tool {name!r}: a tool name cannot contain {marker!r}, "
                                 "which would end the call for the model's tool parser")
@@ -115,11 +119,7 @@ def call_regex(spec: str, limits: Limits = DEFAULT_LIMITS) -> str:
         except PootError as exc:
             exc.message = f"tool {name!r}: {exc.message}"  # which tool's schema, for the 400
             raise
-        alternatives.append(
-            regex_escape(f"{codec.start_marker}\n{codec.envelope_head(name)}")
-            + args
-            + regex_escape(f"}}\n{codec.end_marker}")
-        )
+        alternatives.append(regex_escape(codec.call_head(name)) + args + regex_escape(codec.call_tail))
         total += len(alternatives[-1].encode("utf-8", "surrogatepass")) + 1
         if total > limits.max_schema_regex_bytes:
             raise LimitExceeded("the tool-call constraint built from the tools' schemas", "max_schema_regex_bytes",
@@ -137,10 +137,11 @@ def tool_call_regex(spec: str, limits: Limits = DEFAULT_LIMITS) -> str:
     is built from one copy (:func:`compile_tool_call_constraint`).
     """
     payload = _parse_spec(spec)
+    codec = _forcing_codec(payload)
     call = call_regex(spec, limits)
-    if not payload.get("parallel"):
-        return call
-    return call + "(?:" + regex_escape(_forcing_codec(payload).separator) + call + ")*"
+    if payload.get("parallel"):
+        call = call + "(?:" + regex_escape(codec.separator) + call + ")*"
+    return regex_escape(codec.prefix) + call + regex_escape(codec.suffix)
 
 
 def compile_tool_call_constraint(spec: str, limits: Limits = DEFAULT_LIMITS) -> DFA:
@@ -150,11 +151,51 @@ def compile_tool_call_constraint(spec: str, limits: Limits = DEFAULT_LIMITS) -> 
     for parallel calls the loop back to its start after the separator.
     """
     payload = _parse_spec(spec)
+    codec = _forcing_codec(payload)
     budget = Budget(limits.max_automaton_bytes)
     dfa = regex_tree_to_dfa(parse(call_regex(spec, limits)), budget)
     if payload.get("parallel"):
-        dfa = repeat_with_separator(dfa, _forcing_codec(payload).separator.encode("utf-8"), budget)
+        dfa = repeat_with_separator(dfa, codec.separator.encode("utf-8"), budget)
+    if codec.prefix or codec.suffix:
+        dfa = wrap_literals(dfa, codec.prefix.encode("utf-8"), codec.suffix.encode("utf-8"), budget)
     return dfa
+
+
+def wrap_literals(dfa: DFA, prefix: bytes, suffix: bytes, budget: Budget) -> DFA:
+    """The minimal DFA of ``prefix L suffix`` from the DFA of ``L``, in place of a second build.
+
+    The prefix is a chain of new states into the start; the accepting states
+    get an edge on the suffix's first byte into a chain that ends in the one
+    accepting state.  That keeps the automaton deterministic only when no
+    accepting state already reads that byte (true for every codec: a call
+    ends with its closing brace and then reads at most the separator);
+    otherwise :class:`ValueError`, a bug in the codec, not in the request.
+    The new states and edges are charged to ``budget``.
+    """
+    table = np.asarray(dfa.transitions)
+    accepting = np.asarray(dfa.accepting)
+    n = dfa.n_states
+    if suffix and (table[accepting, suffix[0]] >= 0).any():
+        raise ValueError(f"the suffix {suffix!r} clashes with the automaton's accepting states")
+    budget.charge((STATE_BYTES + RANGE_BYTES) * (len(prefix) + len(suffix))
+                  + RANGE_BYTES * int(accepting.sum()), "wrapping the tool calls in their envelope")
+    # New states: prefix chain n..n+p-1 (its last edge enters the old start),
+    # then suffix chain n+p..n+p+s-1 (the first is entered from the accepting
+    # states; the last is the new accepting state).
+    p, s = len(prefix), len(suffix)
+    extra = np.full((p + s, 256), -1, dtype=np.int32)
+    for i, byte in enumerate(prefix):
+        extra[i, byte] = n + i + 1 if i + 1 < p else dfa.start
+    wrapped = np.vstack([table, extra]).astype(np.int32)
+    final = np.concatenate([accepting, np.zeros(p + s, dtype=bool)])
+    if s:
+        wrapped[np.nonzero(accepting)[0], suffix[0]] = n + p
+        for i in range(1, s):
+            wrapped[n + p + i - 1, suffix[i]] = n + p + i
+        final[:n] = False
+        final[n + p + s - 1] = True
+    start = n if p else dfa.start
+    return finalize(wrapped, final, start, np.arange(256, dtype=np.int32))
 
 
 def repeat_with_separator(dfa: DFA, separator: bytes, budget: Budget) -> DFA:
