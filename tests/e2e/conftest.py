@@ -39,8 +39,10 @@ def _server(request, name: str, kind: str, extra_args: tuple[str, ...] = ()) -> 
 
 @pytest.fixture(scope="session")
 def spm_server(request):
-    """Tiny Llama + SentencePiece tokenizer (the README's default model)."""
-    yield from _server(request, "tiny-llama-spm", "sentencepiece")
+    """Tiny Llama + SentencePiece tokenizer (the README's default model), with hermes tool
+    calling on (its ChatML template renders ``<tool_call>``), as ``scripts/serve`` starts it."""
+    yield from _server(request, "tiny-llama-spm", "sentencepiece",
+                       ("--enable-auto-tool-choice", "--tool-call-parser", "hermes"))
 
 
 @pytest.fixture(scope="session")

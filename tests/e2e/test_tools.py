@@ -40,21 +40,12 @@ MESSAGES = [{"role": "user", "content": "What's the weather?"}]
 MAX_TOKENS = 400
 
 
-@pytest.fixture(scope="module")
-def spm_tools_server(request):
-    """The tiny Llama SentencePiece model: same ChatML tools template, hermes parser."""
-    from tests.e2e.conftest import _server
-
-    yield from _server(request, "tiny-llama-spm", "sentencepiece",
-                       ("--enable-auto-tool-choice", "--tool-call-parser", "hermes"))
-
-
 @pytest.fixture(scope="module", params=["bpe", "spm"])
 def client(request):
     """An openai client on each tiny model (byte-level BPE, SentencePiece)."""
     import openai
 
-    server = request.getfixturevalue("bpe_server" if request.param == "bpe" else "spm_tools_server")
+    server = request.getfixturevalue("bpe_server" if request.param == "bpe" else "spm_server")
     client = openai.OpenAI(base_url=server.base_url, api_key="EMPTY", max_retries=0, timeout=180)
     client._poot_model = server.model
     return client
