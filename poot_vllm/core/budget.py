@@ -16,7 +16,9 @@ sampled as the ``max_tokens``-th token ends the reply with
 
 Exactness, per constraint kind (never refuse a request that could fit):
 
-* DFA kinds (regex, choice, JSON Schema, tool calls): exact.  A forward BFS
+* DFA kinds (regex, choice, JSON Schema, tool calls): exact (for a DFA with
+  counted regions, the same distances the engine uses:
+  :func:`poot_vllm.core.automata.counters.without_increments`).  A forward BFS
   over the model's tokens from the start state (the mask kernel's trie walk,
   :func:`poot_vllm.core.masks._walk_trie`, once per state, stopping at the
   first accepting state) gives the same number as the engine's ``min_tokens_to_accept[start]``
@@ -75,7 +77,10 @@ def shortest_dfa_reply(dfa: Any, vocab: Any, trie: Any = None, max_work: int | N
 
     if trie is None:
         trie = TokenTrie.build(vocab)
-    trans = np.ascontiguousarray(dfa.transitions, dtype=np.int32)
+    from poot_vllm.core.automata.counters import without_increments
+
+    # A counted DFA: the moves every counter value allows, as the engine's distances (masks.py).
+    trans = np.ascontiguousarray(without_increments(dfa.transitions, getattr(dfa, "actions", None)), dtype=np.int32)
     accepting = np.ascontiguousarray(dfa.accepting, dtype=np.bool_)
     is_stop = np.zeros(trie.size, dtype=np.bool_)
     for t in vocab.stop_ids:

@@ -8,7 +8,10 @@ budget (they never build first and measure after).
 How automaton working memory is counted (``max_automaton_bytes``):
 
 * every NFA position (a character-class leaf after counted repetitions are
-  expanded, counted before anything is expanded) costs 16 bytes;
+  expanded, counted before anything is expanded) costs 16 bytes; a large
+  repetition built as a counted region (``automata/counters.py``: ``hi >= 16``,
+  ``lo <= 32``) counts its item once, and tagging the item's first positions
+  for the counter costs 4 bytes per position (twice: the way in, the loop);
 * every distinct character class costs 16 bytes per state plus 8 per edge of
   its UTF-8 byte automaton;
 * every entry of the NFA's materialized first/follow sets costs 4 bytes;

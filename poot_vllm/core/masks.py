@@ -49,32 +49,18 @@ records what the tables need, so they cost no second walk.
 from __future__ import annotations
 
 import time
-import warnings
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
 from poot_vllm.core.errors import LimitExceeded, UnsupportedConstruct
 from poot_vllm.core.token_trie import TokenTrie, _build_trie
 
-try:
-    import numba
-except ImportError as exc:  # pragma: no cover - numba ships with vLLM
-    raise ImportError("poot_vllm needs numba (pip install numba); it is a vLLM dependency") from exc
+from poot_vllm.core.jit import jit_kernel as _jit
 
 #: ``min_tokens_to_accept`` of a state from which no token sequence completes.
 UNREACHABLE = np.int32(2**30)
-
-
-def _jit(fn: Callable) -> Callable:
-    """``njit(cache=True, nogil=True)``, without the on-disk cache if no location is writable."""
-    try:
-        return numba.njit(cache=True, nogil=True)(fn)
-    except RuntimeError:  # numba: "cannot cache function ...: no locator available"
-        warnings.warn("poot: no writable numba cache directory (set NUMBA_CACHE_DIR); "
-                      "mask kernels are compiled in every process", RuntimeWarning, stacklevel=2)
-        return numba.njit(nogil=True)(fn)
 
 
 #: A packed ``trans[c, b]`` value ``v >= 0`` is the next state ``v & STATE_MASK``
@@ -242,6 +228,40 @@ def _shortest_text_tokens(trans, start, accepting, node_byte, node_depth, node_e
 
 
 @_jit
+def _all_successors(trans, walk, known_offsets, known_states, node_byte, node_depth, node_end, tok_offsets,
+                    tok_ids, is_stop, max_depth, work):
+    """Each state's distinct one-token successors (CSR: offsets, sorted states):
+    one :func:`_walk_dfa` per state with ``walk[s]`` (no rows written), the
+    known CSR's list for the others (a counted DFA's distances, on its table
+    without increments: states that cannot reach an increment within a token
+    walk as on the full table)."""
+    n = trans.shape[0]
+    no_filter = np.zeros(n, dtype=np.int32)
+    seen = np.full(n, -1, dtype=np.int32)
+    succ = np.empty(n, dtype=np.int32)
+    row = np.empty(0, dtype=np.uint32)
+    stack = np.empty(max_depth + 1, dtype=np.int32)
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    flat = np.empty(4 * n + 16, dtype=np.int32)
+    m = 0
+    for s in range(n):
+        if walk[s]:
+            k = _walk_dfa(trans, s, node_byte, node_depth, node_end, tok_offsets, tok_ids, is_stop,
+                          no_filter, 0, row, True, seen, s, succ, stack, work)
+        else:
+            k = known_offsets[s + 1] - known_offsets[s]
+            succ[:k] = known_states[known_offsets[s]:known_offsets[s + 1]]
+        if m + k > flat.shape[0]:
+            grown = np.empty(2 * (m + k), dtype=np.int32)
+            grown[:m] = flat[:m]
+            flat = grown
+        flat[m:m + k] = np.sort(succ[:k])
+        m += k
+        offsets[s + 1] = m
+    return offsets, flat[:m].copy()
+
+
+@_jit
 def _token_distances(succ_offsets, succ_states, accepting, stop_cost, unreachable):
     """Fewest tokens from each state to a finished reply: multi-source BFS
     backwards over the one-token successor graph (all edges cost one token)."""
@@ -294,6 +314,14 @@ def warm_up() -> None:
     row = np.zeros(index.words, dtype=np.int32)
     index.restricted_mask(0, 2, row)
     index._walk_restricted(0, 2, row.view(np.uint32))  # the walk kept for states past the tables' bound
+    # A counted DFA (counted_masks): its walks, and a row near a region's bound.
+    from poot_vllm.core.automata.compilers import regex_to_dfa
+
+    counted = regex_to_dfa("a{0,16}")
+    index = DFAMaskIndex.build(counted, vocab, trie)
+    s = int(np.argmax(counted.counter_limit))
+    index.row_at(s, int(counted.counter_limit[s]))
+    index.fill_restricted_at(s, int(counted.counter_limit[s]), 1, row.view(np.uint32))
 
 
 @dataclass(frozen=True)
@@ -848,6 +876,10 @@ class DFAMaskIndex:
     budget: _BudgetTables | None = None
     #: Seconds the budget tables took after the walk (part of ``build_seconds``).
     budget_seconds: float = 0.0
+    #: A counted DFA's counter tables (:mod:`poot_vllm.core.counted_masks`);
+    #: None for a plain DFA.  Rows above are then each state's tokens allowed at
+    #: some counter value, and distances hold for every counter value.
+    counter: Any = None
 
     @property
     def n_states(self) -> int:
@@ -869,7 +901,7 @@ class DFAMaskIndex:
         if self.budget is not None:
             b = self.budget
             arrays += [b.info, b.ent_dist, b.ent_ref, b.grp_offsets, b.grp_tokens]
-        return sum(a.nbytes for a in arrays)
+        return sum(a.nbytes for a in arrays) + (self.counter.nbytes if self.counter is not None else 0)
 
     @property
     def budget_nbytes(self) -> int:
@@ -879,8 +911,24 @@ class DFAMaskIndex:
                                                            b.grp_tokens))
 
     def row(self, state: int) -> np.ndarray:
-        """The cached (read-only) mask row of ``state``."""
+        """The cached (read-only) mask row of ``state`` (of a counted DFA: at some counter value)."""
         return self.rows[self.row_of_state[state]]
+
+    def row_at(self, state: int, counter: int) -> np.ndarray:
+        """The (read-only, int32) mask row of ``state`` with ``counter`` (any DFA; the counter is
+        ignored without one)."""
+        if self.counter is None:
+            return self.rows[self.row_of_state[state]]
+        return self.counter.row(self.rows.view(np.uint32), self.row_of_state, state, counter).view(np.int32)
+
+    def fill_restricted_at(self, state: int, counter: int, budget: int, out: np.ndarray) -> None:
+        """:meth:`fill_restricted` for (state, counter): the tokens near enough the end that
+        the counter also allows (distances hold for every counter value)."""
+        self.fill_restricted(state, budget, out)
+        if self.counter is not None and counter > self.counter.free_upto[state]:
+            np.bitwise_and(out, self.row_at(state, counter).view(np.uint32), out=out)
+        elif self.counter is not None:
+            np.bitwise_and(out, self.rows[self.row_of_state[state]].view(np.uint32), out=out)
 
     def restricted_mask(self, state: int, budget: int, out_row: np.ndarray) -> None:
         """Write to ``out_row`` the tokens allowed in ``state`` after which the reply
@@ -954,8 +1002,23 @@ class DFAMaskIndex:
 
         work = np.zeros(1, dtype=np.int64)
         built = _build_rows(trans, accepting, trie, stop_ids, is_stop, work=work, max_work=max_work)
-        dist = _token_distances(built.succ_offsets, built.succ_states, accepting,
-                                np.int32(stop_cost), UNREACHABLE)
+        counted = getattr(dfa, "actions", None) is not None
+        if counted:
+            # Distances over the moves every counter value allows (no increments):
+            # witnessed by real replies whatever the counter (see counters.without_increments).
+            from poot_vllm.core.automata.counters import without_increments
+            from poot_vllm.core.counted_masks import states_near_increments
+
+            noinc = without_increments(trans, dfa.actions).view()
+            noinc.flags.writeable = False
+            near = states_near_increments(trans, dfa.actions, trie.max_depth)
+            d_offsets, d_states = _all_successors(noinc, near, built.succ_offsets, built.succ_states,
+                                                  trie.node_byte, trie.node_depth, trie.node_end,
+                                                  trie.tok_offsets, trie.tok_ids, is_stop,
+                                                  np.int64(trie.max_depth), work)
+        else:
+            d_offsets, d_states = built.succ_offsets, built.succ_states
+        dist = _token_distances(d_offsets, d_states, accepting, np.int32(stop_cost), UNREACHABLE)
         dist.flags.writeable = False
         start = int(dfa.start)
         if dist[start] >= UNREACHABLE:
@@ -980,6 +1043,16 @@ class DFAMaskIndex:
         _set_bits(stop_row, stop_ids)
         stop_row = stop_row.view(np.int32)
 
+        counter = None
+        if counted:
+            from dataclasses import replace
+
+            from poot_vllm.core.counted_masks import build_counter_masks
+
+            counter, rows, row_of_state = build_counter_masks(dfa, trans, trie, is_stop, built.rows,
+                                                              built.row_of_state, work, max_work)
+            built = replace(built, rows=rows, row_of_state=row_of_state)
+
         t1 = time.perf_counter()
         budget = _build_budget_tables(trans, accepting, trie, is_stop, dist, plain_budget, built,
                                       max(int(built.rows.nbytes), BUDGET_TABLE_MIN_BYTES)
@@ -993,7 +1066,7 @@ class DFAMaskIndex:
             a.flags.writeable = False
         return cls(dfa, vocab, trie, trans, accepting, stop_ids, is_stop, built.rows, built.row_of_state, stop_row,
                    dist, plain_budget, built.succ_offsets, built.succ_states, stop_cost,
-                   t2 - t0, int(work[0]), budget, t2 - t1)
+                   t2 - t0, int(work[0]), budget, t2 - t1, counter)
 
 
 _NO_SEEN = np.zeros(1, dtype=np.int32)  # placeholder when successors are not collected
@@ -1027,4 +1100,7 @@ def estimate_mask_work(dfa: Any, vocab_size: int) -> int:
     live = np.asarray(dfa.transitions) >= 0
     lead = live[:, :0x80].sum(axis=1) + live[:, 0xC0:].sum(axis=1)
     frac = np.clip(lead, 1, WIDE_STATE_BYTES) / WIDE_STATE_BYTES
+    limit = getattr(dfa, "counter_limit", None)
+    if limit is not None:  # a counted region's states also walk for the counter (counted_masks)
+        frac = frac * np.where(np.asarray(limit) > 0, 2, 1)
     return int(float(frac.sum()) * TRIE_NODES_PER_TOKEN * int(vocab_size))

@@ -166,7 +166,10 @@ def load_byte_level_vocab(path: str | Path):
 # ------------------------------------------------------------------- oracles
 
 def walk(dfa, state: int, data: bytes) -> int:
-    """End state of ``data`` from ``state``; -1 if the DFA dies."""
+    """End state of ``data`` from ``state``; -1 if the DFA dies (a counted DFA:
+    from counter 0, honouring the counter)."""
+    if getattr(dfa, "actions", None) is not None:
+        return dfa.run(data, state)[0]
     for b in data:
         state = int(dfa.transitions[state, b])
         if state < 0:

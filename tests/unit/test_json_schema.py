@@ -608,8 +608,10 @@ def test_nothing_left_is_refused_naming_every_emptied_keyword():
 
 # -- an automaton over its budget names the schema parts that make it large --------------------------
 def test_budget_refusal_names_the_largest_parts():
-    schema = {"type": "object", "properties": {"body": {"type": "string", "maxLength": 4000},
-                                               "tags": {"type": "array", "items": {"type": "string", "maxLength": 20}, "maxItems": 5},
+    # minLength 3000 keeps the string expanded (a counter needs lo <= 32); the
+    # array's items hold counted strings, so the list itself is expanded
+    schema = {"type": "object", "properties": {"body": {"type": "string", "minLength": 3000, "maxLength": 4000},
+                                               "tags": {"type": "array", "items": {"type": "string", "maxLength": 20}, "maxItems": 400},
                                                "n": {"type": "integer", "minimum": 0, "maximum": 100}}}
     with pytest.raises(LimitExceeded, match="max_automaton_bytes") as info:
         compile_json_schema(schema)
@@ -618,13 +620,13 @@ def test_budget_refusal_names_the_largest_parts():
     assert re.match(r"largest parts of the schema: /properties/body: maxLength contributes \d+% of it; lower maxLength", parts), parts
     assert "lower maxLength" in message and "/properties/tags: maxItems" in message
     # with the two named parts lowered the schema compiles: the parts named were the ones to change
-    schema["properties"]["body"]["maxLength"] = 50
+    schema["properties"]["body"]["minLength"] = 0  # a counted string: maxLength 4000 is served
     schema["properties"]["tags"]["maxItems"] = 2
     compile_json_schema(schema)
 
 
 def test_budget_refusal_names_defs_pointers_for_refs():
-    schema = {"$defs": {"Big": {"type": "string", "maxLength": 5000}}, "type": "object",
+    schema = {"$defs": {"Big": {"type": "string", "minLength": 5000}}, "type": "object",
               "properties": {"a": {"$ref": "#/$defs/Big"}}}
-    with pytest.raises(LimitExceeded, match=r"/\$defs/Big: maxLength contributes"):
+    with pytest.raises(LimitExceeded, match=r"/\$defs/Big: minLength contributes"):
         compile_json_schema(schema)

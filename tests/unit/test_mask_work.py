@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mask_helpers import random_dfa, random_vocab, walk
+from poot_vllm.core.automata.build import Budget, regex_tree_to_dfa
 from poot_vllm.core.automata.compilers import compile_regex
 from poot_vllm.core.constraints import check_mask_work
 from poot_vllm.core.errors import LimitExceeded, PootError
@@ -18,6 +19,7 @@ from poot_vllm.core.grammar import grammar_cost, parse_gbnf
 from poot_vllm.core.grammar.gbnf import CharClass, class_cost
 from poot_vllm.core.limits import Limits
 from poot_vllm.core.masks import TRIE_NODES_PER_TOKEN, WIDE_STATE_BYTES, DFAMaskIndex, estimate_mask_work
+from poot_vllm.core.regex.parser import parse
 
 ALPHABET = b"abc"
 
@@ -89,10 +91,15 @@ def test_check_mask_work_refuses_over_the_limit_only():
 
 
 def test_default_limit_admits_realistic_string_fields():
-    # ~500 free-text states at 128k tokens is the documented scale.
-    check_mask_work(compile_regex('"[^"]{0,400}"'), 128_256, Limits())
+    # ~500 free-text states at 128k tokens is the documented scale (expanded, as an
+    # ambiguous repetition is built); a counted string costs its few states however long.
+    expanded = lambda hi: regex_tree_to_dfa(parse(f'"[^"]{{0,{hi}}}"'), Budget(4 << 20), counted=False)
+    check_mask_work(expanded(400), 128_256, Limits())
     with pytest.raises(LimitExceeded):
-        check_mask_work(compile_regex('"[^"]{0,600}"', Limits(max_automaton_bytes=4 << 20)), 128_256, Limits())
+        check_mask_work(expanded(600), 128_256, Limits())
+    counted = compile_regex('"[^"]{0,4000}"')
+    assert counted.counted
+    check_mask_work(counted, 128_256, Limits())
 
 
 @pytest.mark.parametrize("text,cost", [("[0-9]", 1), ("[a-z]", 3), ("[a-zA-Z0-9_]", 7), ('[^"]', 22), (".", 22),

@@ -59,6 +59,8 @@ from typing import Iterator, Union
 
 import numpy as np
 
+from poot_vllm.core.automata import counters
+from poot_vllm.core.automata.counters import ACT_INC, ACT_NONE, ACT_SET1, Counted
 from poot_vllm.core.automata.dfa import DFA
 from poot_vllm.core.automata.utf8 import DONE, CodepointAutomaton, codepoint_automaton
 from poot_vllm.core.errors import LimitExceeded, PootError
@@ -145,6 +147,9 @@ class _Glushkov:
         self.look_index = look_index or {}
         self.pos_class: list[int] = []
         self.follow: list[list[frozenset[int]]] = []
+        #: the counted region of each position (-1: none) and each region's ``hi``
+        self.pos_region: list[int] = []
+        self.region_limit: list[int] = []
 
     def flat(self, s: PosSet) -> frozenset[int]:
         if isinstance(s, frozenset):
@@ -177,8 +182,11 @@ class _Glushkov:
             p = len(self.pos_class)
             self.pos_class.append(self.class_index[node])
             self.follow.append([])
+            self.pos_region.append(-1)
             s = frozenset((p,))
             return (False, s, s)
+        if isinstance(node, Counted):
+            return self._counted(node)
         if isinstance(node, ast.Concat):
             frag: _Frag = (True, _NO_POSITIONS, _NO_POSITIONS)
             for item in node.items:
@@ -195,9 +203,27 @@ class _Glushkov:
             p = len(self.pos_class)
             self.pos_class.append(-1 - self.look_index[node])
             self.follow.append([])
+            self.pos_region.append(-1)
             s = frozenset((p,))
             return (False, s, s)
         return self._repeat(node)
+
+    def _counted(self, node: Counted) -> _Frag:
+        """One copy of the item; the loop back to its first positions increments
+        the counter, the way in sets it (see :mod:`~poot_vllm.core.automata.counters`)."""
+        region = len(self.region_limit)
+        self.region_limit.append(node.max)
+        p0 = len(self.pos_class)
+        _, first, last = self.build(node.item)
+        for p in range(p0, len(self.pos_class)):
+            self.pos_region[p] = region
+        first_flat = self.flat(first)
+        self.link(last, self._tagged(first_flat, ACT_INC))
+        return (node.min == 0, self._tagged(first_flat, ACT_SET1), last)
+
+    def _tagged(self, positions: frozenset[int], action: int) -> frozenset[int]:
+        self.budget.charge(SET_ENTRY_BYTES * len(positions), "building the NFA's counted regions")
+        return frozenset(counters.tag(p, action) for p in positions)
 
     def _repeat(self, node: ast.Repeat) -> _Frag:
         frag: _Frag = (True, _NO_POSITIONS, _NO_POSITIONS)
@@ -274,9 +300,28 @@ def byte_classes(boundaries: "set[int]") -> tuple[np.ndarray, list[int]]:
 
 # --- subset construction ------------------------------------------------------------
 
-def regex_tree_to_dfa(node: ast.Node, budget: Budget) -> DFA:
-    """Compile a parsed regex to a minimal trimmed DFA, charging ``budget``."""
-    nfa = _ByteNFA(node, budget)
+class _Ambiguous(Exception):
+    """A transition would need two counter actions at once: build the regex expanded."""
+
+
+def regex_tree_to_dfa(node: ast.Node, budget: Budget, counted: bool = True) -> DFA:
+    """Compile a parsed regex to a minimal trimmed DFA, charging ``budget``.
+
+    With ``counted`` (the default), large repetitions become counted regions
+    (:mod:`~poot_vllm.core.automata.counters`) and the DFA may carry counter
+    actions; if a region is ambiguous the regex is built again expanded,
+    charged afresh (the first attempt stopped within the same limit).
+    Callers that read the table as a plain DFA pass ``counted=False``.
+    """
+    used = budget.used
+    nfa = _ByteNFA(node, budget, counted=counted)
+    if nfa.counted:
+        try:
+            table, accepting, actions, limits = _counted_subset_construction(nfa, budget)
+            return finalize(table, accepting, 0, nfa.byte_to_class, actions=actions, limits=limits)
+        except _Ambiguous:
+            budget.used = used
+            nfa = _ByteNFA(node, budget)
     if nfa.dynamic:
         table, accepting = _LookStates(nfa).subset_construction(budget)
     else:
@@ -326,7 +371,7 @@ class _ByteNFA:
     (follow sets) as they are first needed.
     """
 
-    def __init__(self, node: ast.Node, budget: Budget) -> None:
+    def __init__(self, node: ast.Node, budget: Budget, counted: bool = False) -> None:
         if node == ast.NOTHING:
             raise PootError(
                 "the regex matches no string: every alternative needs a character no UTF-8 text contains "
@@ -336,13 +381,17 @@ class _ByteNFA:
         class_index: dict[ast.Chars, int] = {}
         look_index: dict[ast.Look, int] = {}
         _distinct_classes(node, class_index, look_index)
+        #: Whether large repetitions are counted regions (never with assertions).
+        self.counted = False
+        if counted and not look_index:
+            node, self.counted = counters.plan(node)
         static_sets = [look.body.ranges for look in look_index if _is_static(look)]  # type: ignore[union-attr]
         static_sets += [c for look in look_index for c in _context_sets(look)]
         if static_sets:
             node = _refine(node, cs.partition(static_sets), {})
             class_index = {}
             _distinct_classes(node, class_index)
-        n_positions = ast.position_count(node)
+        n_positions = counters.count_positions(node) if self.counted else ast.position_count(node)
         budget.charge(POSITION_BYTES * n_positions, f"expanding counted repetitions to {n_positions} NFA positions")
 
         #: Assertions whose body is one character class are decided from the
@@ -397,6 +446,8 @@ class _ByteNFA:
             for automaton in automata
         ]
         self._pos_class = nfa.pos_class
+        self.pos_region = nfa.pos_region
+        self.region_limit = nfa.region_limit
         self._follow = nfa.follow
         self._budget = budget
         self._follow_sets: dict[int, frozenset[int]] = {}
@@ -457,6 +508,9 @@ class _ByteNFA:
         out = self._moves.get(item)
         if out is not None:
             return out
+        if item < 0:  # a tagged position (counted regions): its moves, the action is the tag's
+            out = self._moves[item] = self.moves(counters.untag(item)[0])
+            return out
         if item < self.final:
             p, q = item, 0
         else:
@@ -502,7 +556,7 @@ _ANY_RUN = ast.Repeat(ast.Chars(cs.ANY_CHAR), 0, None)
 @lru_cache(maxsize=1)
 def _any_run_dfa() -> tuple[np.ndarray, np.ndarray]:
     """The DFA of ``(?s:.*)``: every valid UTF-8 text (9 states, built once)."""
-    dfa = regex_tree_to_dfa(_ANY_RUN, Budget(1 << 20))
+    dfa = regex_tree_to_dfa(_ANY_RUN, Budget(1 << 20), counted=False)
     return dfa.transitions, dfa.accepting
 
 
@@ -564,7 +618,7 @@ def _context_sets(look: ast.Look) -> list[cs.CodepointSet]:
 
 def _body_dfa(tree: ast.Node, budget: Budget) -> "DFA | None":
     try:
-        return regex_tree_to_dfa(tree, budget)
+        return regex_tree_to_dfa(tree, budget, counted=False)
     except LimitExceeded:
         raise
     except PootError:
@@ -892,6 +946,99 @@ def _subset_construction(nfa: _ByteNFA, budget: Budget) -> tuple[np.ndarray, np.
     return table, np.asarray(accepting, dtype=bool)
 
 
+def _counted_subset_construction(nfa: _ByteNFA, budget: Budget) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`_subset_construction` for an NFA with counted regions.
+
+    Items may be tagged (``counters.tag``: a region's first positions, read
+    with ``ACT_SET1`` or ``ACT_INC``); every transition of the DFA takes the
+    one action of the items it moves, and every state has at most one region
+    whose counter it reads later (``limits``: that region's ``hi``, else 0).
+    Raises :class:`_Ambiguous` otherwise.  Returns the class-level table,
+    accepting flags, class-level actions and per-state limits.
+    """
+    final = nfa.final
+    pos_region, region_limit, mid_info = nfa.pos_region, nfa.region_limit, nfa._mid_info
+    untag = counters.untag
+
+    def live_limit(items: frozenset[int]) -> int:
+        region = -1
+        for item in items:
+            if item == final:
+                continue
+            if item < 0:
+                p, action = untag(item)
+                if action != ACT_INC:
+                    continue  # starts a region afresh: reads no counter
+            else:
+                p = item if item < final else mid_info[item - final - 1][0]
+            r = pos_region[p]
+            if r >= 0:
+                if region >= 0 and r != region:
+                    raise _Ambiguous()
+                region = r
+        return region_limit[region] if region >= 0 else 0
+
+    start_items = nfa.start_items
+    state_ids: dict[frozenset[int], int] = {start_items: 0}
+    subsets = [start_items]
+    stage = "building the DFA"
+    budget.charge(STATE_BYTES + SUBSET_ITEM_BYTES * len(start_items), stage)
+    seg_state: list[int] = []
+    seg_lo: list[int] = []
+    seg_end: list[int] = []
+    seg_target: list[int] = []
+    seg_action: list[int] = []
+    accepting: list[bool] = []
+    limits: list[int] = []
+    sid = 0
+    while sid < len(subsets):
+        items = subsets[sid]
+        accepting.append(final in items)
+        limits.append(live_limit(items))
+        buckets: dict[tuple[int, int], list[tuple[frozenset[int], int]]] = {}
+        for item in items:
+            if item == final:
+                continue
+            action = ACT_NONE if item >= 0 else untag(item)[1]
+            for span, target in nfa.moves(item):
+                bucket = buckets.get(span)
+                if bucket is None:
+                    buckets[span] = [(target, action)]
+                else:
+                    bucket.append((target, action))
+        prev_end, prev_t, ranges = -1, -1, 0
+        for c_lo, c_end, pairs in _segments(buckets):  # type: ignore[arg-type]
+            action = pairs[0][1]
+            if any(a != action for _, a in pairs):
+                raise _Ambiguous()
+            nxt = pairs[0][0] if len(pairs) == 1 else frozenset().union(*(t for t, _ in pairs))
+            t = state_ids.get(nxt)
+            if t is None:
+                t = len(subsets)
+                state_ids[nxt] = t
+                subsets.append(nxt)
+                budget.charge(STATE_BYTES + SUBSET_ITEM_BYTES * len(nxt), stage)
+            seg_state.append(sid)
+            seg_lo.append(c_lo)
+            seg_end.append(c_end)
+            seg_target.append(t)
+            seg_action.append(action)
+            if c_lo != prev_end or t != prev_t:
+                ranges += 1
+            prev_end, prev_t = c_end, t
+        budget.charge(RANGE_BYTES * ranges, stage)
+        sid += 1
+
+    n_classes = int(nfa.byte_to_class[-1]) + 1
+    table = np.full((len(subsets), n_classes), -1, dtype=np.int32)
+    actions = np.zeros((len(subsets), n_classes), dtype=np.int8)
+    for sid, lo, end, t, action in zip(seg_state, seg_lo, seg_end, seg_target, seg_action):
+        table[sid, lo:end] = t
+        if action:
+            actions[sid, lo:end] = action
+    return table, np.asarray(accepting, dtype=bool), actions, np.asarray(limits, dtype=np.int32)
+
+
 def _segments(
     buckets: dict[tuple[int, int], list[frozenset[int]]]
 ) -> list[tuple[int, int, list[frozenset[int]]]]:
@@ -956,7 +1103,7 @@ def live_states(table: np.ndarray, accepting: np.ndarray) -> np.ndarray:
     return np.asarray(live_list, dtype=bool)
 
 
-def hopcroft(table: np.ndarray, accepting: np.ndarray) -> list[int]:
+def hopcroft(table: np.ndarray, accepting: np.ndarray, labels: np.ndarray | None = None) -> list[int]:
     """Block id per state of the coarsest equivalence (Hopcroft's algorithm).
 
     ``table`` is a partial (n, k) table, -1 for missing transitions, whose
@@ -965,7 +1112,8 @@ def hopcroft(table: np.ndarray, accepting: np.ndarray) -> list[int]:
     every state on nearly every class), the initial partition already
     separates states by acceptance and by which classes are defined, and the
     sink's singleton block is the one initial block left out of the waiting
-    set, as Hopcroft's algorithm allows.
+    set, as Hopcroft's algorithm allows.  ``labels`` (n, m), if given, also
+    split the initial partition (counter actions per class, the counter's limit).
     """
     n = table.shape[0]
     cols = np.unique(table, axis=1) if table.shape[1] > 1 else table
@@ -977,7 +1125,8 @@ def hopcroft(table: np.ndarray, accepting: np.ndarray) -> list[int]:
     pred_cls = cls[order].tolist()
     pred_src = src[order].tolist()
 
-    signature = np.concatenate([accepting[:, None], cols >= 0], axis=1)
+    parts = [accepting[:, None], cols >= 0] + ([labels] if labels is not None else [])
+    signature = np.concatenate([p.astype(np.int64) for p in parts], axis=1)
     _, initial = np.unique(signature, axis=0, return_inverse=True)
     initial = initial.reshape(-1)
     block_of = initial.tolist()
@@ -1023,20 +1172,31 @@ def hopcroft(table: np.ndarray, accepting: np.ndarray) -> list[int]:
 
 
 def finalize(
-    table: np.ndarray, accepting: np.ndarray, start: int, byte_to_class: np.ndarray, *, minimal: bool = False
+    table: np.ndarray, accepting: np.ndarray, start: int, byte_to_class: np.ndarray, *, minimal: bool = False,
+    actions: np.ndarray | None = None, limits: np.ndarray | None = None,
 ) -> DFA:
     """Trim, minimize and renumber a class-level DFA, then expand it to 256 columns.
 
     ``minimal=True`` skips minimization for tables already minimal and
-    trimmed (the choice trie).  Raises :class:`PootError` if the language is
-    empty.
+    trimmed (the choice trie).  ``actions`` (class-level, like ``table``) and
+    ``limits`` (per state) are counter actions and limits
+    (:mod:`~poot_vllm.core.automata.counters`): states merge only with equal
+    ones.  Raises :class:`PootError` if the language is empty.
     """
     live = live_states(table, accepting)
     if not live[start]:
         raise PootError("the constraint matches no string")
     if not live.all():
         table = np.where(table >= 0, np.where(live[np.maximum(table, 0)], table, -1), -1)
-    block_of = list(range(table.shape[0])) if minimal else hopcroft(table, accepting & live)
+    labels = None
+    if actions is not None:
+        actions = np.where(table >= 0, actions, 0).astype(np.int8)
+        if not actions.any():
+            actions = None
+        else:
+            assert limits is not None
+            labels = np.concatenate([actions.astype(np.int64), np.asarray(limits, dtype=np.int64)[:, None]], axis=1)
+    block_of = list(range(table.shape[0])) if minimal else hopcroft(table, accepting & live, labels)
     # Map each block to one representative state; dead states vanish.
     n = table.shape[0]
     block_arr = np.asarray(block_of, dtype=np.int64)
@@ -1064,4 +1224,7 @@ def finalize(
     reps = np.asarray([rep[b] for b in order], dtype=np.int64)
     small = remap[np.where(table[reps] >= 0, table[reps], n)]
     transitions = small[:, byte_to_class]
-    return DFA(transitions=transitions, accepting=accepting[reps].copy(), start=0)
+    if actions is None:
+        return DFA(transitions=transitions, accepting=accepting[reps].copy(), start=0)
+    return DFA(transitions=transitions, accepting=accepting[reps].copy(), start=0,
+               actions=actions[reps][:, byte_to_class], counter_limit=np.asarray(limits)[reps])

@@ -39,7 +39,8 @@ from typing import Any
 
 import numpy as np
 
-from poot_vllm.core.masks import ACTION_SHIFT, _jit, _walk_trie
+from poot_vllm.core.jit import jit_kernel as _jit
+from poot_vllm.core.masks import ACTION_SHIFT, _walk_trie
 
 OBJ, ARR, NONE = 0, 1, 2
 

@@ -15,6 +15,7 @@ that passes the bound.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from fractions import Fraction
@@ -854,7 +855,7 @@ class SchemaCompiler:
         if more_hi != 0:
             element = self.any_value(FREE_FORM_DEPTH - 1) if rest is True or rest == {} else self.compile(rest, rest_where, refs, depth + 1)
             if more_hi is not None and more_hi > 1:
-                self.note(pointer, "maxItems", element, more_hi)
+                self.note(pointer, "maxItems", element, counted_copies(element, more_lo, more_hi))
             if parts:
                 body += _repeat(self.comma + element, more_lo, more_hi)
             else:
@@ -899,7 +900,7 @@ class SchemaCompiler:
         else:
             content = _repeat(self.json_char, lo, hi)
             if hi is not None:
-                self.note(pointer, "maxLength", self.json_char, hi)
+                self.note(pointer, "maxLength", self.json_char, counted_copies(self.json_char, lo, hi))
             elif lo > 1:
                 self.note(pointer, "minLength", self.json_char, lo)
         return self.check(f'"{content}"', pointer)
@@ -924,7 +925,7 @@ class SchemaCompiler:
         if cmin >= lo and (hi is None or (cmax is not None and cmax <= hi)):
             return content
         if hi is not None:
-            self.note(pointer, "maxLength", self.json_char, hi)
+            self.note(pointer, "maxLength", self.json_char, counted_copies(self.json_char, lo, hi))
         elif lo > 1:
             self.note(pointer, "minLength", self.json_char, lo)
         return f'(?={_repeat(self.json_char, lo, hi)}")' + content
@@ -1092,24 +1093,40 @@ class SchemaCompiler:
         return self._multiples(n_lo, n_hi, step.numerator * 5**t, t, lo_kw, hi_kw, "number", pointer)
 
 
+@functools.lru_cache(maxsize=256)
 def expanded_positions(regex: str) -> int:
-    """Character positions of ``regex`` once counted repetitions are expanded (an unbounded one counts once)."""
-    from poot_vllm.core.regex import ast
+    """Character positions of ``regex`` as the automaton builder counts them: repetitions
+    expanded, except the large ones it builds once with a counter (``automata/counters.py``)."""
+    from poot_vllm.core.automata import counters
     from poot_vllm.core.regex.parser import parse
 
-    def walk(node: Any) -> int:
-        if isinstance(node, ast.Chars):
-            return 1
-        if isinstance(node, (ast.Concat, ast.Alt)):
-            return sum(walk(item) for item in node.items)
-        if isinstance(node, ast.Repeat):
-            return walk(node.item) * max(node.max if node.max is not None else node.min, 1)
-        return 0
-
     try:
-        return walk(parse(regex))
+        return counters.count_positions(counters.plan(parse(regex))[0])
     except (PootError, RecursionError):
         return len(regex)
+
+
+@functools.lru_cache(maxsize=256)
+def _has_counted(regex: str) -> bool:
+    from poot_vllm.core.automata import counters
+    from poot_vllm.core.regex.parser import parse
+
+    try:
+        return counters.plan(parse(regex))[1]
+    except (PootError, RecursionError):
+        return False
+
+
+def counted_copies(item: str, lo: int, hi: int | None) -> int:
+    """Copies of ``item`` that ``item{lo,hi}`` costs the automaton builder: ``hi``,
+    or ``lo`` with at most one more when the repetition gets a counter."""
+    from poot_vllm.core.automata.counters import COUNTED_MIN, COUNTED_PREFIX_MAX
+
+    if hi is None:
+        return max(lo, 1)
+    if hi >= COUNTED_MIN and lo <= COUNTED_PREFIX_MAX and hi - max(lo - 1, 0) >= COUNTED_MIN and not _has_counted(item):
+        return max(lo - 1, 0) + 1
+    return hi
 
 
 def _parse_canonical(schema: dict | bool | str, limits: Limits) -> tuple[Any, str]:

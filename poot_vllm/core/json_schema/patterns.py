@@ -333,7 +333,7 @@ def _translate_by_automaton(tree: ast.Node, size_check, escaped: str) -> Transla
     _classes(tree, sets)
     atoms = _atoms(list(sets))
     try:
-        dfa = regex_tree_to_dfa(_to_atoms(tree, atoms, {}), Budget(ATOM_AUTOMATON_BYTES, "the pattern's automaton"))
+        dfa = regex_tree_to_dfa(_to_atoms(tree, atoms, {}), Budget(ATOM_AUTOMATON_BYTES, "the pattern's automaton"), counted=False)
     except LimitExceeded as exc:
         raise PatternError(f"the pattern's automaton is too large: {exc}") from None
     except PootError:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from poot_vllm.core.masks import DFAMaskIndex
-from poot_vllm.core.matchers.dfa import DFAMatcher
+from poot_vllm.core.matchers.dfa import CountedDFAMatcher, DFAMatcher
 from poot_vllm.core.token_trie import TokenTrie
 
 
@@ -31,4 +31,6 @@ class CompiledDFA:
     def new_matcher(self) -> DFAMatcher:
         """A fresh matcher for one request; it keeps every state of the reply
         (bounded by ``max_tokens``), so any accepted tokens can be rolled back."""
+        if self.index.counter is not None:
+            return CountedDFAMatcher(self.index)
         return DFAMatcher(self.index)

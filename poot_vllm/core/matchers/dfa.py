@@ -92,3 +92,66 @@ class DFAMatcher(TokenMatcher):
                 self._index.fill_restricted(state, budget, row.view(np.uint32))
                 return
         row[...] = self._rows[self._row_of_state[state]]
+
+
+class CountedDFAMatcher(DFAMatcher):
+    """:class:`DFAMatcher` for a DFA with a counter (:mod:`poot_vllm.core.automata.counters`):
+    the stack holds (state, counter) pairs, and the mask is the row of both
+    (:meth:`~poot_vllm.core.masks.DFAMaskIndex.row_at`: a row copy unless the
+    counter is near its region's bound)."""
+
+    def __init__(self, index: DFAMaskIndex) -> None:
+        dfa = index.dfa
+        self._actions = dfa.actions
+        self._limit = dfa.counter_limit
+        super().__init__(index)
+
+    def _restart(self) -> None:
+        super()._restart()
+        self._counts: list[int] = [0]
+
+    @property
+    def counter(self) -> int:
+        """The current counter (0 outside counted regions)."""
+        return self._counts[-1]
+
+    def _advance(self, token: int) -> bool:
+        state = self._history[-1]
+        c = self._counts[-1]
+        if not 0 <= token < self._size:
+            return False
+        word = int(self._index.row_at(state, c).item(token >> 5))
+        if not (word >> (token & 31)) & 1:
+            return False
+        if token not in self._stop_ids:
+            item, act = self._trans.item, self._actions.item
+            for b in self._token_bytes[token]:
+                a = act(state, b)
+                if a == 1:  # ACT_INC (allowed: the row checked the counter)
+                    c += 1
+                elif a == 2:  # ACT_SET1
+                    c = 1
+                state = item(state, b)
+            if self._limit.item(state) == 0:
+                c = 0
+        self._history.append(state)
+        self._counts.append(c)
+        return True
+
+    def _retreat(self, n: int) -> None:
+        del self._history[-n:]
+        del self._counts[-n:]
+
+    def fill_bitmask(self, row: np.ndarray) -> None:
+        if self._terminated:
+            row[...] = self._index.stop_row
+            return
+        state = self._history[-1]
+        c = self._counts[-1]
+        if self._budget is not None:
+            remaining = self._budget - self._accepted
+            if remaining < self._index.plain_row_budget[state]:
+                budget = max(remaining, int(self._index.min_tokens_to_accept[state]))
+                self._index.fill_restricted_at(state, c, budget, row.view(np.uint32))
+                return
+        row[...] = self._index.row_at(state, c)

@@ -195,7 +195,16 @@ def wrap_literals(dfa: DFA, prefix: bytes, suffix: bytes, budget: Budget) -> DFA
         final[:n] = False
         final[n + p + s - 1] = True
     start = n if p else dfa.start
-    return finalize(wrapped, final, start, np.arange(256, dtype=np.int32))
+    return finalize(wrapped, final, start, np.arange(256, dtype=np.int32), **_counter_tables(dfa, p + s))
+
+
+def _counter_tables(dfa: DFA, extra: int) -> dict:
+    """A counted DFA's actions and limits with ``extra`` new states (no action, no
+    counter): the envelope and the separator chain never touch a counter."""
+    if dfa.actions is None:
+        return {}
+    return {"actions": np.vstack([dfa.actions, np.zeros((extra, 256), dtype=np.int8)]),
+            "limits": np.concatenate([dfa.counter_limit, np.zeros(extra, dtype=np.int32)])}
 
 
 def repeat_with_separator(dfa: DFA, separator: bytes, budget: Budget) -> DFA:
@@ -224,7 +233,9 @@ def repeat_with_separator(dfa: DFA, separator: bytes, budget: Budget) -> DFA:
         looped = np.vstack([table, chain]).astype(np.int32)
         looped[np.nonzero(accepting)[0], first] = back
         final = np.concatenate([accepting, np.zeros(k - 1, dtype=bool)])
-        return finalize(looped, final, dfa.start, np.arange(256, dtype=np.int32))
+        return finalize(looped, final, dfa.start, np.arange(256, dtype=np.int32), **_counter_tables(dfa, k - 1))
+    if dfa.actions is not None:
+        raise ValueError(f"the separator {separator!r} clashes with a counted automaton's accepting states")
     return _determinize_loop(table, accepting, dfa.start, separator, budget, stage)
 
 

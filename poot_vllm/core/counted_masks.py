@@ -1,0 +1,339 @@
+"""Token masks of a DFA with a counter (:mod:`poot_vllm.core.automata.counters`).
+
+The mask build (:class:`poot_vllm.core.masks.DFAMaskIndex`) treats a counted
+DFA's table as a plain DFA first: each state's row then holds every token
+allowed at *some* counter value.  This module adds what the counter takes
+away, from one more trie walk per state whose counter is live (or from which
+a token can enter a small region and pass its bound):
+
+* a token read from state ``s`` with counter ``c`` makes ``k`` increments
+  before it leaves ``s``'s region or starts another (the symbolic part: it
+  is allowed iff ``c + k <= hi``), then checks any region it enters with a
+  concrete counter (allowed or never);
+* tokens never allowed (``k >= hi``, or a concrete check that fails) are
+  removed from the state's row once, at build time;
+* the others (``k >= 1``) are listed per state by ``k``, descending, and
+  ``free_upto[s] = hi - max k``: every counter up to it uses the plain row
+  unchanged (a row copy, as for any DFA).  Above it the row is the plain
+  row minus a prefix of the list (:func:`_clear_tokens`), kept in a small
+  byte-bounded memo; a reply's counter grows one item at a time, so the row
+  for ``c`` is usually the memoised row for ``c - 1`` minus the few tokens
+  that just stopped fitting.
+
+Lists equal between states are stored once.  Memory: 8 bytes per listed
+token (for a 128k-token vocabulary, about 0.5 MB per state inside a string).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from poot_vllm.core.automata.counters import ACT_INC, ACT_SET1
+from poot_vllm.core.jit import jit_kernel as _jit
+
+#: ``k`` of a token that is never allowed (a concrete check failed).
+NEVER = np.int32(1 << 30)
+#: ``free_upto`` of a state without listed tokens.
+NO_LIMIT = np.int32(2**31 - 1)
+#: Counter rows memoised per index (above ``free_upto``), at most this many bytes.
+ROW_MEMO_BYTES = 8 * 1024 * 1024
+#: Lists at least this long get their floor row (no listed token) at build time.
+FLOOR_MIN_TOKENS = 4096
+#: How far back (in counter values) a new row looks for a memoised one to start from.
+MEMO_LOOKBACK = 32
+
+
+@_jit
+def _guard_walk(trans, acts, limit, s, node_byte, node_depth, node_end, tok_offsets, tok_ids, is_stop,
+                out_tok, out_k, st, mode, kk, vv, work):
+    """Tokens (non-stop, alive in the plain table) whose validity from state
+    ``s`` depends on the counter: ``(out_tok[i], out_k[i])`` with ``k`` the
+    increments made on ``s``'s counter, or ``NEVER``.  Returns their count.
+
+    Per trie depth: the state, the mode (0: ``s``'s own counter, unknown;
+    1: a counter set inside the token, value ``vv``; 2: failed), ``kk``.
+    """
+    n = 0
+    n_nodes = node_byte.shape[0]
+    st[0] = s
+    mode[0] = 0 if limit[s] > 0 else 1
+    kk[0] = 0
+    vv[0] = 0
+    i = 1
+    visited = 0
+    while i < n_nodes:
+        visited += 1
+        d = node_depth[i]
+        p = st[d - 1]
+        b = node_byte[i]
+        nxt = trans[p, b]
+        if nxt < 0:
+            i = node_end[i]
+            continue
+        m = mode[d - 1]
+        k = kk[d - 1]
+        v = vv[d - 1]
+        if m != 2:
+            a = acts[p, b]
+            if a == ACT_INC:
+                if m == 0:
+                    k += 1
+                elif v >= limit[p]:
+                    m = 2
+                else:
+                    v += 1
+            elif a == ACT_SET1:
+                m = 1
+                v = 1
+        st[d] = nxt
+        mode[d] = m
+        kk[d] = k
+        vv[d] = v
+        a0 = tok_offsets[i]
+        b0 = tok_offsets[i + 1]
+        if a0 < b0 and (m == 2 or k > 0):
+            kval = NEVER if m == 2 else k
+            for q in range(a0, b0):
+                t = tok_ids[q]
+                if not is_stop[t]:
+                    out_tok[n] = t
+                    out_k[n] = kval
+                    n += 1
+        i += 1
+    work[0] += visited
+    return n
+
+
+@_jit
+def _clear_tokens(src, tok, a, b, out):
+    """``src`` minus the tokens ``tok[a:b]``, into ``out`` (uint32 words)."""
+    out[:] = src
+    for i in range(a, b):
+        t = tok[i]
+        out[t >> 5] &= ~(np.uint32(1) << np.uint32(t & 31))
+
+
+@_jit
+def _set_tokens(src, tok, a, b, out):
+    """``src`` plus the tokens ``tok[a:b]``, into ``out`` (uint32 words)."""
+    out[:] = src
+    for i in range(a, b):
+        t = tok[i]
+        out[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
+
+
+@dataclass(eq=False)
+class CounterMasks:
+    """What a counted DFA's masks need beyond the plain rows (see the module docstring)."""
+
+    limit: np.ndarray      # int32 (n_states,): the live region's hi, 0 if none
+    free_upto: np.ndarray  # int32 (n_states,): counters up to this use the plain row
+    spans: np.ndarray      # int64 (n_states, 2): each state's list, tok[lo:hi] (lists are shared)
+    tok: np.ndarray        # int32: listed tokens, per state by k descending
+    k: np.ndarray          # int32
+    neg_k: np.ndarray      # int32: -k, ascending per list (for searchsorted)
+    work: int              # trie nodes the walks visited
+    #: Per state with a long list: its row without any listed token (built once).
+    floors: dict = field(default_factory=dict)
+    _memo: "OrderedDict[tuple[int, int], np.ndarray]" = field(default_factory=OrderedDict)
+    _memo_lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def nbytes(self) -> int:
+        arrays = [self.limit, self.free_upto, self.spans, self.tok, self.k, self.neg_k]
+        return sum(a.nbytes for a in arrays) + sum(f.nbytes for f in {id(f): f for f in self.floors.values()}.values())
+
+    def _floor(self, base: np.ndarray, state: int, lo: int, hi: int) -> np.ndarray:
+        """The state's row without any of its listed tokens (made at build time for
+        long lists, see :func:`build_counter_masks`; memoised for the others)."""
+        floor = self.floors.get(state)
+        if floor is not None:
+            return floor
+        with self._memo_lock:
+            floor = self._memo.get((state, -1))
+        if floor is None:
+            floor = np.empty_like(base)
+            _clear_tokens(base, self.tok, lo, hi, floor)
+            floor.flags.writeable = False
+            with self._memo_lock:
+                self._memo[(state, -1)] = floor
+        return floor
+
+    def _fitting(self, lo: int, hi: int, room: int) -> int:
+        """How many of ``tok[lo:hi]`` add more than ``room`` items (a prefix: ``k`` descending)."""
+        return int(np.searchsorted(self.neg_k[lo:hi], np.int32(-room), side="left"))  # int32: no cast of the list
+
+    def row(self, rows_u32: np.ndarray, row_of_state: np.ndarray, state: int, counter: int) -> np.ndarray:
+        """The uint32 mask row of (state, counter) (read-only; memoised above ``free_upto``)."""
+        base = rows_u32[row_of_state[state]]
+        if counter <= self.free_upto[state]:
+            return base
+        key = (state, counter)
+        with self._memo_lock:
+            hit = self._memo.get(key)
+            if hit is not None:
+                self._memo.move_to_end(key)
+                return hit
+        lo, hi = int(self.spans[state, 0]), int(self.spans[state, 1])
+        room = int(self.limit[state]) - int(counter)
+        cut = lo + self._fitting(lo, hi, room)
+        src, start = base, lo
+        with self._memo_lock:  # a row a few items earlier: clear only what stopped fitting since
+            for back in range(1, MEMO_LOOKBACK + 1):
+                prev = self._memo.get((state, counter - back))
+                if prev is not None:
+                    src, start = prev, lo + self._fitting(lo, hi, room + back)
+                    break
+        out = np.empty_like(base)
+        if hi - cut < cut - start:
+            # Fewer tokens still fit than stop fitting: the row without any listed
+            # token (memoised under counter -1), plus those that fit.
+            _set_tokens(self._floor(base, state, lo, hi), self.tok, cut, hi, out)
+        else:
+            _clear_tokens(src, self.tok, start, cut, out)
+        out.flags.writeable = False
+        with self._memo_lock:
+            self._memo[key] = out
+            while len(self._memo) * out.nbytes > ROW_MEMO_BYTES and len(self._memo) > 1:
+                self._memo.popitem(last=False)
+        return out
+
+
+def reach_within(trans: np.ndarray, left: np.ndarray) -> np.ndarray:
+    """Bytes to spare per state: ``left[s]`` seeds (``-1``: none), and a state
+    gets ``left[t] - 1`` from each successor ``t`` (max over paths), so
+    ``result >= 0`` marks the states within ``left`` bytes of a seed.
+    Vectorised over the distinct edges; at most ``max(left)`` rounds."""
+    left = left.astype(np.int64).copy()
+    src, byte = np.nonzero(trans >= 0)
+    if not src.size or left.max() < 0:
+        return left
+    n = trans.shape[0]
+    pairs = np.unique(src.astype(np.int64) * n + trans[src, byte])
+    src, dst = pairs // n, pairs % n
+    for _ in range(int(left.max())):
+        offer = left[dst] - 1
+        new = left.copy()
+        np.maximum.at(new, src, offer)
+        if np.array_equal(new, left):
+            break
+        left = new
+    return left
+
+
+def states_near_increments(trans: np.ndarray, acts: np.ndarray, max_depth: int) -> np.ndarray:
+    """Whether a token (at most ``max_depth`` bytes) from each state can take an
+    increment: elsewhere the table without increments walks like the full one."""
+    seed = np.where((acts == ACT_INC).any(axis=1), max_depth - 1, -1)
+    return reach_within(trans, seed) >= 0
+
+
+def _states_to_walk(trans: np.ndarray, acts: np.ndarray, limit: np.ndarray, max_depth: int) -> np.ndarray:
+    """States whose tokens can depend on the counter: those in a region, and
+    those from which a token can start a region and pass its bound (a path of
+    at most ``max_depth`` bytes with ``hi + 1`` of them inside the region)."""
+    n = trans.shape[0]
+    seed = np.full(n, -1, dtype=np.int64)
+    src, byte = np.nonzero(acts == ACT_SET1)
+    if src.size:
+        room = max_depth - (limit[trans[src, byte]].astype(np.int64) + 1)
+        np.maximum.at(seed, src, room)
+    need = (limit > 0) | (reach_within(trans, seed) >= 0)
+    return np.nonzero(need)[0].astype(np.int64)
+
+
+def build_counter_masks(dfa, trans: np.ndarray, trie, is_stop: np.ndarray, rows: np.ndarray,
+                        row_of_state: np.ndarray, work: np.ndarray,
+                        max_work: int | None) -> tuple[CounterMasks, np.ndarray, np.ndarray]:
+    """Walk the counted states; returns the counter tables and the rows
+    (and row map) with the never-allowed tokens removed."""
+    from poot_vllm.core.errors import LimitExceeded
+
+    acts = np.ascontiguousarray(dfa.actions, dtype=np.int8).view()
+    acts.flags.writeable = False
+    limit = np.ascontiguousarray(dfa.counter_limit, dtype=np.int32).view()
+    limit.flags.writeable = False
+    n = trans.shape[0]
+    depth = trie.max_depth + 1
+    st = np.empty(depth, dtype=np.int32)
+    mode = np.empty(depth, dtype=np.int32)
+    kk = np.empty(depth, dtype=np.int32)
+    vv = np.empty(depth, dtype=np.int32)
+    out_tok = np.empty(max(trie.size, 1), dtype=np.int32)
+    out_k = np.empty(max(trie.size, 1), dtype=np.int32)
+    start_work = int(work[0])
+
+    unique_rows: list[np.ndarray] = [r for r in rows.view(np.uint32)]
+    row_index: dict[bytes, int] = {}
+    row_of = row_of_state.copy()
+    lists: dict[bytes, tuple[int, int]] = {}
+    tok_parts: list[np.ndarray] = []
+    k_parts: list[np.ndarray] = []
+    spans = np.zeros((n, 2), dtype=np.int64)
+    free_upto = np.full(n, NO_LIMIT, dtype=np.int32)
+    stored = 0
+    for s in _states_to_walk(trans, acts, limit, trie.max_depth).tolist():
+        m = _guard_walk(trans, acts, limit, s, trie.node_byte, trie.node_depth, trie.node_end,
+                        trie.tok_offsets, trie.tok_ids, is_stop, out_tok, out_k, st, mode, kk, vv, work)
+        if max_work is not None and work[0] > max_work:
+            raise LimitExceeded(
+                "computing the token masks of this constraint", "max_mask_work", max_work, "trie-node visits",
+                "passed while computing the counted regions' masks")
+        if m == 0:
+            continue
+        toks, ks = out_tok[:m], out_k[:m]
+        hi = int(limit[s])
+        never = ks >= max(hi, 1)  # c >= 1 in a region: k >= hi never fits; outside only NEVER is listed
+        if never.any():
+            row = unique_rows[row_of[s]].copy()
+            bad = toks[never]
+            np.bitwise_and.at(row, bad >> 5, ~np.left_shift(np.uint32(1), (bad & 31).astype(np.uint32)))
+            key = row.tobytes()
+            u = row_index.get(key)
+            if u is None:
+                u = len(unique_rows)
+                unique_rows.append(row)
+                row_index[key] = u
+            row_of[s] = u
+            toks, ks = toks[~never], ks[~never]
+        if toks.size == 0:
+            continue
+        order = np.argsort(-ks, kind="stable")
+        toks, ks = toks[order], ks[order]
+        free_upto[s] = hi - int(ks[0])
+        key = toks.tobytes() + ks.tobytes()
+        span = lists.get(key)
+        if span is None:
+            span = (stored, stored + toks.size)
+            lists[key] = span
+            tok_parts.append(toks.copy())
+            k_parts.append(ks.copy())
+            stored += toks.size
+        spans[s] = span
+    tok = np.concatenate(tok_parts).astype(np.int32) if tok_parts else np.zeros(0, np.int32)
+    ks_all = np.concatenate(k_parts).astype(np.int32) if k_parts else np.zeros(0, np.int32)
+    for a in (tok, ks_all):
+        a.flags.writeable = False
+    neg_k = -ks_all
+    neg_k.flags.writeable = False
+    masks = CounterMasks(limit, free_upto, spans, tok, ks_all, neg_k, int(work[0]) - start_work)
+    new_rows = np.stack(unique_rows).view(np.int32) if len(unique_rows) != rows.shape[0] else rows
+    rows_u32 = new_rows.view(np.uint32).view()
+    rows_u32.flags.writeable = False  # as the index's rows are (one kernel specialisation)
+    shared: dict[tuple[int, int, int], np.ndarray] = {}
+    for s in np.nonzero(spans[:, 1] - spans[:, 0] >= FLOOR_MIN_TOKENS)[0].tolist():
+        key = (int(row_of[s]), int(spans[s, 0]), int(spans[s, 1]))
+        floor = shared.get(key)
+        if floor is None:
+            floor = np.empty_like(rows_u32[row_of[s]])
+            _clear_tokens(rows_u32[row_of[s]], tok, key[1], key[2], floor)
+            floor.flags.writeable = False
+            shared[key] = floor
+        masks.floors[s] = floor
+    for a in (free_upto, spans, tok, ks_all):
+        a.flags.writeable = False
+    return masks, new_rows, row_of.astype(np.int32)
