@@ -166,12 +166,55 @@ def _items_of(path: Path) -> Iterator[BenchItem]:
             yield BenchItem(d["id"], d.get("subset", kind), kind, spec, d)
 
 
+def _string(max_length: int, **extra: Any) -> dict:
+    return {"type": "string", "maxLength": max_length, **extra}
+
+
+def _model(fields: dict) -> dict:
+    """A Pydantic-style object schema: every field required, no extra keys."""
+    return {"type": "object", "properties": fields, "required": sorted(fields), "additionalProperties": False}
+
+
+def _required_tools_schema(tools: dict) -> dict:
+    """The JSON schema vLLM compiles for ``tool_choice: "required"`` on other backends
+    (``vllm/entrypoints/openai/...`` ``_get_json_schema_from_tool``): a non-empty
+    array of ``{"name", "parameters"}`` calls."""
+    calls = [{"type": "object", "properties": {"name": {"type": "string", "enum": [name]}, "parameters": params},
+              "required": ["name", "parameters"]} for name, params in tools.items()]
+    return {"type": "array", "minItems": 1, "items": {"anyOf": calls}}
+
+
+_ADDRESS = _model({"street": _string(100), "city": _string(60), "zip": _string(10)})
+_CUSTOMER = _model({"name": _string(80), "email": _string(120), "address": _ADDRESS})
+_ORDER = _model({"customer_id": _string(40), "items": {
+    "type": "array", "maxItems": 5, "items": _model({"sku": _string(40), "quantity": {"type": "integer", "minimum": 1}})}})
+
+#: What client libraries send every day and poot refused before counted repetitions
+#: (issue 13): long text fields, wide models, nested tools with parallel calls allowed.
+CLIENT_MODELS = {
+    "text_250": _model({"body": _string(250)}),
+    "text_4000": _model({"title": _string(120), "body": _string(4000)}),
+    "two_130": _model({"headline": _string(130), "summary": _string(130)}),
+    "wide_30": _model({**{f"text_{i:02d}": _string(200) for i in range(10)},
+                       **{f"count_{i:02d}": {"type": "integer", "minimum": 0, "maximum": 10_000} for i in range(10)},
+                       **{f"flag_{i:02d}": {"type": "boolean"} for i in range(5)},
+                       **{f"tag_{i:02d}": {"enum": ["low", "medium", "high"]} for i in range(5)}}),
+    "nested_tools_required": _required_tools_schema({"create_customer": _CUSTOMER, "create_order": _ORDER}),
+}
+
+
+def _client_model_items() -> list[BenchItem]:
+    return [BenchItem(f"Client_models/{name}", "Client_models", "json", json.dumps(schema), {"schema": schema})
+            for name, schema in CLIENT_MODELS.items()]
+
+
 def load_items(subsets: list[str] | None = None, data: Path = BENCH_DATA) -> list[BenchItem]:
     """JSONSchemaBench by subset, then regexes, choices and grammars (subset names
-    are the files' ``subset`` fields; ``None`` = all)."""
+    are the files' ``subset`` fields; ``None`` = all), then the built-in
+    ``Client_models`` (:data:`CLIENT_MODELS`)."""
     files = sorted((data / "jsonschemabench").glob("*.jsonl"))
     files += [data / "regex.jsonl", data / "choice.jsonl", data / "grammar.jsonl"]
-    items = [it for p in files if p.exists() for it in _items_of(p)]
+    items = [it for p in files if p.exists() for it in _items_of(p)] + _client_model_items()
     if subsets:
         wanted = {s.lower() for s in subsets}
         items = [it for it in items if it.subset.lower() in wanted or it.kind in wanted]

@@ -51,7 +51,7 @@ warnings.filterwarnings("ignore")
 
 from _bench_backends import BENCH_DATA, ENGINES, BenchItem, clear_caches, load_items, load_tokenizer, make_backend  # noqa: E402
 
-GROUP_ORDER = ["Glaiveai2K", "Github_trivial", "Github_easy", "Github_medium", "Github_hard", "Github_ultra",
+GROUP_ORDER = ["Client_models", "Glaiveai2K", "Github_trivial", "Github_easy", "Github_medium", "Github_hard", "Github_ultra",
                "Snowplow", "Kubernetes", "WashingtonPost", "JsonSchemaStore", "MCPspec",
                "Regex_hand", "Regex_jsb", "Choice", "Grammar"]
 

@@ -52,7 +52,7 @@ def validate_for_poot(params, vocab_size: int | None = None) -> None:
         constraint = constraint_from_params(params, limits)
         automaton = compile_automaton(constraint, limits)
         if vocab_size:
-            check_mask_work(automaton, vocab_size, limits)
+            check_mask_work(automaton, vocab_size, limits, constraint)
     except PootError as exc:
         raise to_validation_error(exc.with_field(field), field) from None
 

@@ -136,10 +136,12 @@ def _build(constraint: Constraint, limits: Limits) -> Any:
     raise PootError(f"unknown constraint kind {kind!r}")
 
 
-def check_mask_work(automaton: Any, vocab_size: int, limits: Limits = DEFAULT_LIMITS) -> None:
+def check_mask_work(automaton: Any, vocab_size: int, limits: Limits = DEFAULT_LIMITS,
+                    constraint: "Constraint | None" = None) -> None:
     """Refuse a DFA whose token masks would cost more than ``limits.max_mask_work``
     to compute for a ``vocab_size`` vocabulary (an estimate; see
-    :func:`poot_vllm.core.masks.estimate_mask_work`).  Grammars are not DFAs: no-op."""
+    :func:`poot_vllm.core.masks.estimate_mask_work`).  Grammars are not DFAs: no-op.
+    Given the ``constraint`` of a JSON schema, the refusal names its largest parts."""
     if getattr(automaton, "transitions", None) is None:
         return
     from poot_vllm.core.masks import estimate_mask_work
@@ -147,10 +149,14 @@ def check_mask_work(automaton: Any, vocab_size: int, limits: Limits = DEFAULT_LI
     work = estimate_mask_work(automaton, vocab_size)
     if work > limits.max_mask_work:
         n = int(automaton.transitions.shape[0])
+        advice = "fewer or shorter free-text parts (string properties, '.*', long patterns) cost less"
+        if constraint is not None and constraint.kind is Kind.JSON:
+            from poot_vllm.core.json_schema import largest_parts
+
+            advice = largest_parts(constraint.spec, limits) or advice
         raise LimitExceeded("computing the token masks of this constraint", "max_mask_work",
                             limits.max_mask_work, "trie-node visits",
-                            f"estimated {work} for {n} automaton states over {vocab_size} tokens; "
-                            "fewer or shorter free-text parts (string properties, '.*', long patterns) cost less")
+                            f"estimated {work} for {n} automaton states over {vocab_size} tokens; {advice}")
 
 
 def check(constraint: Constraint, limits: Limits = DEFAULT_LIMITS) -> None:

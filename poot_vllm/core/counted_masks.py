@@ -40,7 +40,7 @@ NEVER = np.int32(1 << 30)
 #: ``free_upto`` of a state without listed tokens.
 NO_LIMIT = np.int32(2**31 - 1)
 #: Counter rows memoised per index (above ``free_upto``), at most this many bytes.
-ROW_MEMO_BYTES = 8 * 1024 * 1024
+ROW_MEMO_BYTES = 4 * 1024 * 1024
 #: Lists at least this long get their floor row (no listed token) at build time.
 FLOOR_MIN_TOKENS = 4096
 #: How far back (in counter values) a new row looks for a memoised one to start from.
@@ -139,13 +139,25 @@ class CounterMasks:
     work: int              # trie nodes the walks visited
     #: Per state with a long list: its row without any listed token (built once).
     floors: dict = field(default_factory=dict)
+    #: Bytes of one mask row (what a memoised row costs).
+    row_bytes: int = 0
     _memo: "OrderedDict[tuple[int, int], np.ndarray]" = field(default_factory=OrderedDict)
     _memo_lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
     def nbytes(self) -> int:
         arrays = [self.limit, self.free_upto, self.spans, self.tok, self.k, self.neg_k]
-        return sum(a.nbytes for a in arrays) + sum(f.nbytes for f in {id(f): f for f in self.floors.values()}.values())
+        floors = sum(f.nbytes for f in {id(f): f for f in self.floors.values()}.values())
+        return sum(a.nbytes for a in arrays) + floors + self.memo_bound
+
+    @property
+    def memo_bound(self) -> int:
+        """The most the row memo can hold: ``ROW_MEMO_BYTES``, or less when the
+        (state, counter) pairs above ``free_upto`` are fewer (counted in
+        ``nbytes``, so the compiled-artefact cache's byte bound covers it)."""
+        listed = self.spans[:, 1] > self.spans[:, 0]
+        pairs = int((self.limit[listed].astype(np.int64) - self.free_upto[listed] + 1).clip(0).sum())
+        return min(ROW_MEMO_BYTES, pairs * int(self.row_bytes))
 
     def _floor(self, base: np.ndarray, state: int, lo: int, hi: int) -> np.ndarray:
         """The state's row without any of its listed tokens (made at build time for
@@ -320,7 +332,8 @@ def build_counter_masks(dfa, trans: np.ndarray, trie, is_stop: np.ndarray, rows:
         a.flags.writeable = False
     neg_k = -ks_all
     neg_k.flags.writeable = False
-    masks = CounterMasks(limit, free_upto, spans, tok, ks_all, neg_k, int(work[0]) - start_work)
+    masks = CounterMasks(limit, free_upto, spans, tok, ks_all, neg_k, int(work[0]) - start_work,
+                         row_bytes=int(rows.shape[1]) * 4)
     new_rows = np.stack(unique_rows).view(np.int32) if len(unique_rows) != rows.shape[0] else rows
     rows_u32 = new_rows.view(np.uint32).view()
     rows_u32.flags.writeable = False  # as the index's rows are (one kernel specialisation)

@@ -157,23 +157,17 @@ def test_long_text_field_served_with_openai_parse(served, model, max_tokens):
         model.model_validate_json(choice.message.content)
 
 
-def test_long_text_field_served_as_strict_json_schema(served):
+@pytest.mark.parametrize("model,max_tokens,n", [
+    (Essay, 400, 3),     # a 4000-character field, as a plain strict json_schema
+    (Headline, 900, 2),  # enough tokens for thousands of characters: each field still stops at 130
+], ids=["max_length_4000", "bound_holds_with_tokens_to_spare"])
+def test_long_text_field_served_as_strict_json_schema(served, model, max_tokens, n):
     server, client = served
     rf = {"type": "json_schema",
-          "json_schema": {"name": "Essay", "strict": True, "schema": Essay.model_json_schema()}}
-    r = client.chat.completions.create(model=server.model, messages=_messages("Write an essay."),
-                                       response_format=rf, max_tokens=400, n=3)
-    _validate_all(Essay, r.choices, 3)
-
-
-def test_short_string_bound_holds_when_the_reply_could_run_longer(served):
-    """Enough tokens to write thousands of characters: each field still stops at 130."""
-    server, client = served
-    rf = {"type": "json_schema",
-          "json_schema": {"name": "Headline", "strict": True, "schema": Headline.model_json_schema()}}
-    r = client.chat.completions.create(model=server.model, messages=_messages("Headline?"),
-                                       response_format=rf, max_tokens=900, n=2)
-    _validate_all(Headline, r.choices, 2)
+          "json_schema": {"name": model.__name__, "strict": True, "schema": model.model_json_schema()}}
+    r = client.chat.completions.create(model=server.model, messages=_messages("Write it."),
+                                       response_format=rf, max_tokens=max_tokens, n=n)
+    _validate_all(model, r.choices, n)
 
 
 # ---------------------------------------------------------------- wide models

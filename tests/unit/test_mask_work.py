@@ -124,3 +124,18 @@ def test_runs_of_optional_wide_classes_are_weighted():
     with pytest.raises(LimitExceeded, match="max_grammar_cost"):
         parse_gbnf("root ::= " + " ".join('[^"]?' for _ in range(8)))
     parse_gbnf("root ::= " + " ".join('"a"?' for _ in range(40)))  # literals: unchanged (900 units)
+
+
+def test_mask_work_refusal_of_a_schema_names_its_largest_parts():
+    from poot_vllm.core.constraints import Constraint, Kind, compile_automaton
+    from poot_vllm.core.json_schema import canonical_schema_text
+
+    # minLength 40 keeps the strings expanded: many wide states in /properties/long
+    schema = {"type": "object", "properties": {"long": {"type": "string", "minLength": 40, "maxLength": 60},
+                                               "n": {"type": "integer"}}, "required": ["long", "n"]}
+    constraint = Constraint(Kind.JSON, canonical_schema_text(schema, Limits()))
+    dfa = compile_automaton(constraint, Limits())
+    with pytest.raises(LimitExceeded) as exc:
+        check_mask_work(dfa, 128_256, Limits(max_mask_work=1_000_000), constraint)
+    message = str(exc.value)
+    assert "max_mask_work" in message and "/properties/long: maxLength contributes" in message, message

@@ -55,7 +55,7 @@ from __future__ import annotations
 
 from collections import deque
 from functools import lru_cache
-from typing import Iterator, Union
+from typing import Callable, Iterator, Union
 
 import numpy as np
 
@@ -317,7 +317,7 @@ def regex_tree_to_dfa(node: ast.Node, budget: Budget, counted: bool = True) -> D
     nfa = _ByteNFA(node, budget, counted=counted)
     if nfa.counted:
         try:
-            table, accepting, actions, limits = _counted_subset_construction(nfa, budget)
+            table, accepting, actions, limits = _subset_construction(nfa, budget)
             return finalize(table, accepting, 0, nfa.byte_to_class, actions=actions, limits=limits)
         except _Ambiguous:
             budget.used = used
@@ -325,7 +325,7 @@ def regex_tree_to_dfa(node: ast.Node, budget: Budget, counted: bool = True) -> D
     if nfa.dynamic:
         table, accepting = _LookStates(nfa).subset_construction(budget)
     else:
-        table, accepting = _subset_construction(nfa, budget)
+        table, accepting, _, _ = _subset_construction(nfa, budget)
     return finalize(table, accepting, 0, nfa.byte_to_class)
 
 
@@ -882,82 +882,10 @@ class _LookStates:
 
 
 
-def _subset_construction(nfa: _ByteNFA, budget: Budget) -> tuple[np.ndarray, np.ndarray]:
-    """Class-level table (n, n_classes) with -1 for dead, and accepting flags.
-
-    A state's row is computed from its items' edges as class intervals
-    (see :func:`_segments`), so a state pays for its edges, not for the
-    number of byte classes (large with Unicode classes such as ``\\w``).
-    """
-    final = nfa.final
-    start_items = nfa.start_items
-    state_ids: dict[frozenset[int], int] = {start_items: 0}
-    subsets = [start_items]
-    stage = "building the DFA"
-    budget.charge(STATE_BYTES + SUBSET_ITEM_BYTES * len(start_items), stage)
-    seg_state: list[int] = []
-    seg_lo: list[int] = []
-    seg_end: list[int] = []
-    seg_target: list[int] = []
-    accepting: list[bool] = []
-
-    sid = 0
-    while sid < len(subsets):
-        items = subsets[sid]
-        accepting.append(final in items)
-        buckets: dict[tuple[int, int], list[frozenset[int]]] = {}
-        for item in items:
-            if item == final:
-                continue
-            for span, target in nfa.moves(item):
-                bucket = buckets.get(span)
-                if bucket is None:
-                    buckets[span] = [target]
-                else:
-                    bucket.append(target)
-        prev_end, prev_t, ranges = -1, -1, 0
-        for c_lo, c_end, targets in _segments(buckets):
-            nxt = targets[0] if len(targets) == 1 else frozenset().union(*targets)
-            t = state_ids.get(nxt)
-            if t is None:
-                t = len(subsets)
-                state_ids[nxt] = t
-                subsets.append(nxt)
-                budget.charge(STATE_BYTES + SUBSET_ITEM_BYTES * len(nxt), stage)
-            seg_state.append(sid)
-            seg_lo.append(c_lo)
-            seg_end.append(c_end)
-            seg_target.append(t)
-            if c_lo != prev_end or t != prev_t:
-                ranges += 1
-            prev_end, prev_t = c_end, t
-        budget.charge(RANGE_BYTES * ranges, stage)
-        sid += 1
-
-    n_classes = int(nfa.byte_to_class[-1]) + 1
-    table = np.full((len(subsets), n_classes), -1, dtype=np.int32)
-    if seg_state:
-        lo = np.asarray(seg_lo, dtype=np.int64)
-        lengths = np.asarray(seg_end, dtype=np.int64) - lo
-        starts = np.cumsum(lengths) - lengths
-        cols = np.arange(int(lengths.sum()), dtype=np.int64) - np.repeat(starts - lo, lengths)
-        rows = np.repeat(np.asarray(seg_state, dtype=np.int64), lengths)
-        table[rows, cols] = np.repeat(np.asarray(seg_target, dtype=np.int32), lengths)
-    return table, np.asarray(accepting, dtype=bool)
-
-
-def _counted_subset_construction(nfa: _ByteNFA, budget: Budget) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """:func:`_subset_construction` for an NFA with counted regions.
-
-    Items may be tagged (``counters.tag``: a region's first positions, read
-    with ``ACT_SET1`` or ``ACT_INC``); every transition of the DFA takes the
-    one action of the items it moves, and every state has at most one region
-    whose counter it reads later (``limits``: that region's ``hi``, else 0).
-    Raises :class:`_Ambiguous` otherwise.  Returns the class-level table,
-    accepting flags, class-level actions and per-state limits.
-    """
-    final = nfa.final
-    pos_region, region_limit, mid_info = nfa.pos_region, nfa.region_limit, nfa._mid_info
+def _live_limit(nfa: _ByteNFA) -> "Callable[[frozenset[int]], int]":
+    """For a counted NFA: a state's ``limit`` (the ``hi`` of the one region whose
+    counter its items read later; 0 if none), or :class:`_Ambiguous`."""
+    final, pos_region, region_limit, mid_info = nfa.final, nfa.pos_region, nfa.region_limit, nfa._mid_info
     untag = counters.untag
 
     def live_limit(items: frozenset[int]) -> int:
@@ -978,6 +906,26 @@ def _counted_subset_construction(nfa: _ByteNFA, budget: Budget) -> tuple[np.ndar
                 region = r
         return region_limit[region] if region >= 0 else 0
 
+    return live_limit
+
+
+def _subset_construction(nfa: _ByteNFA, budget: Budget) -> tuple[np.ndarray, np.ndarray, "np.ndarray | None", "np.ndarray | None"]:
+    """Class-level table (n, n_classes) with -1 for dead, accepting flags, and for
+    an NFA with counted regions the class-level actions and per-state limits
+    (else None, None).
+
+    A state's row is computed from its items' edges as class intervals
+    (see :func:`_segments`), so a state pays for its edges, not for the
+    number of byte classes (large with Unicode classes such as ``\\w``).
+    With counted regions, items may be tagged (``counters.tag``: a region's
+    first positions, read with ``ACT_SET1`` or ``ACT_INC``); every transition
+    takes the one action of the items it moves and every state reads at most
+    one region's counter, else :class:`_Ambiguous`.
+    """
+    final = nfa.final
+    counted = nfa.counted
+    live_limit = _live_limit(nfa) if counted else None
+    untag = counters.untag
     start_items = nfa.start_items
     state_ids: dict[frozenset[int], int] = {start_items: 0}
     subsets = [start_items]
@@ -990,28 +938,34 @@ def _counted_subset_construction(nfa: _ByteNFA, budget: Budget) -> tuple[np.ndar
     seg_action: list[int] = []
     accepting: list[bool] = []
     limits: list[int] = []
+
     sid = 0
     while sid < len(subsets):
         items = subsets[sid]
         accepting.append(final in items)
-        limits.append(live_limit(items))
-        buckets: dict[tuple[int, int], list[tuple[frozenset[int], int]]] = {}
+        if live_limit is not None:
+            limits.append(live_limit(items))
+        buckets: dict[tuple[int, int], list] = {}
         for item in items:
             if item == final:
                 continue
-            action = ACT_NONE if item >= 0 else untag(item)[1]
+            action = (ACT_NONE if item >= 0 else untag(item)[1]) if counted else -1
             for span, target in nfa.moves(item):
+                entry = target if action < 0 else (target, action)
                 bucket = buckets.get(span)
                 if bucket is None:
-                    buckets[span] = [(target, action)]
+                    buckets[span] = [entry]
                 else:
-                    bucket.append((target, action))
+                    bucket.append(entry)
         prev_end, prev_t, ranges = -1, -1, 0
-        for c_lo, c_end, pairs in _segments(buckets):  # type: ignore[arg-type]
-            action = pairs[0][1]
-            if any(a != action for _, a in pairs):
-                raise _Ambiguous()
-            nxt = pairs[0][0] if len(pairs) == 1 else frozenset().union(*(t for t, _ in pairs))
+        for c_lo, c_end, targets in _segments(buckets):
+            if counted:
+                action = targets[0][1]
+                if any(a != action for _, a in targets):
+                    raise _Ambiguous()
+                seg_action.append(action)
+                targets = [t for t, _ in targets]
+            nxt = targets[0] if len(targets) == 1 else frozenset().union(*targets)
             t = state_ids.get(nxt)
             if t is None:
                 t = len(subsets)
@@ -1022,7 +976,6 @@ def _counted_subset_construction(nfa: _ByteNFA, budget: Budget) -> tuple[np.ndar
             seg_lo.append(c_lo)
             seg_end.append(c_end)
             seg_target.append(t)
-            seg_action.append(action)
             if c_lo != prev_end or t != prev_t:
                 ranges += 1
             prev_end, prev_t = c_end, t
@@ -1031,12 +984,18 @@ def _counted_subset_construction(nfa: _ByteNFA, budget: Budget) -> tuple[np.ndar
 
     n_classes = int(nfa.byte_to_class[-1]) + 1
     table = np.full((len(subsets), n_classes), -1, dtype=np.int32)
-    actions = np.zeros((len(subsets), n_classes), dtype=np.int8)
-    for sid, lo, end, t, action in zip(seg_state, seg_lo, seg_end, seg_target, seg_action):
-        table[sid, lo:end] = t
-        if action:
-            actions[sid, lo:end] = action
-    return table, np.asarray(accepting, dtype=bool), actions, np.asarray(limits, dtype=np.int32)
+    actions = np.zeros((len(subsets), n_classes), dtype=np.int8) if counted else None
+    if seg_state:
+        lo = np.asarray(seg_lo, dtype=np.int64)
+        lengths = np.asarray(seg_end, dtype=np.int64) - lo
+        starts = np.cumsum(lengths) - lengths
+        cols = np.arange(int(lengths.sum()), dtype=np.int64) - np.repeat(starts - lo, lengths)
+        rows = np.repeat(np.asarray(seg_state, dtype=np.int64), lengths)
+        table[rows, cols] = np.repeat(np.asarray(seg_target, dtype=np.int32), lengths)
+        if actions is not None:
+            actions[rows, cols] = np.repeat(np.asarray(seg_action, dtype=np.int8), lengths)
+    return (table, np.asarray(accepting, dtype=bool), actions,
+            np.asarray(limits, dtype=np.int32) if counted else None)
 
 
 def _segments(

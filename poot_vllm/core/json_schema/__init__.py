@@ -54,5 +54,11 @@ def compile_json_schema(schema: "dict | bool | str", limits: Limits = DEFAULT_LI
         raise LimitExceeded(exc.what, exc.limit_name, exc.limit, exc.unit, detail) from None
 
 
-__all__ = ["schema_to_regex", "compile_json_schema", "canonical_schema_text", "parse_schema",
+def largest_parts(schema: "dict | bool | str", limits: Limits = DEFAULT_LIMITS) -> str:
+    """Which parts of a schema make its automaton large (JSON pointer, keyword,
+    share), for a refusal of a compiled schema (e.g. its mask work)."""
+    return compile_schema(schema, limits)[1].largest_parts()
+
+
+__all__ = ["schema_to_regex", "compile_json_schema", "largest_parts", "canonical_schema_text", "parse_schema",
            "FREE_FORM_DEPTH", "MAX_SCHEMA_DEPTH"]

@@ -58,7 +58,7 @@ ANNOTATIONS = frozenset(
     writeOnly contentMediaType contentEncoding contentSchema $anchor $dynamicAnchor $vocabulary
     $defs definitions""".split()
 )
-OBJECT_KW = frozenset("properties required additionalProperties minProperties maxProperties".split())
+OBJECT_KW = frozenset("properties patternProperties required additionalProperties minProperties maxProperties".split())
 ARRAY_KW = frozenset("items prefixItems additionalItems minItems maxItems uniqueItems".split())
 STRING_KW = frozenset("minLength maxLength pattern format".split())
 NUMBER_KW = frozenset("minimum maximum exclusiveMinimum exclusiveMaximum multipleOf".split())
@@ -73,7 +73,6 @@ REFUSED_ANY_TYPE = {
 }
 REFUSED_BY_TYPE = {
     "object": {
-        "patternProperties": "only listed properties are emitted; list the keys in 'properties'",
         "dependentRequired": "conditional requirements are not supported",
         "dependentSchemas": "conditional schemas are not supported",
         "dependencies": "conditional requirements are not supported",
@@ -683,6 +682,9 @@ class SchemaCompiler:
         lo = self._count(schema, "minProperties", pointer) or 0
         hi = self._count(schema, "maxProperties", pointer)
         names = self._property_names(schema, pointer, refs)
+        by_pattern = schema.get("patternProperties", {})
+        if not isinstance(by_pattern, dict):
+            raise bad_value("patternProperties", pointer, "an object", by_pattern)
         extra_keys: set[str] = set()
         if names is not None:
             # A finite key set (Dict[Literal[...], X], Dict[SomeEnum, X]): its keys become optional listed keys.
@@ -694,12 +696,24 @@ class SchemaCompiler:
             if not props and not required and not extra_keys:
                 extra = False
         if not props and not required and not extra_keys:
+            if by_pattern:
+                # Free keys would each have to be checked against every pattern: poot
+                # emits none here (a narrowing: only the empty object), or refuses.
+                if lo > 0:
+                    raise refusal("patternProperties", pointer, f"minProperties={lo} needs free keys, and poot emits "
+                                  "none beside patternProperties; list the keys in 'properties'")
+                return "\\{\\}"
             return self._compile_map(extra, lo, hi, pointer, refs, depth)
         required_set = set(required)
         entries: list[tuple[str, Any, str, bool]] = []  # key, schema, pointer, required
         for key in sorted(set(props) | required_set | extra_keys):
+            matched = self._pattern_schemas(by_pattern, key, pointer, refs, depth) if by_pattern else []
             if key in props:
                 sub, where = props[key], f"{pointer}/properties/{_escape_token(key)}"
+                if matched:  # a listed key also obeys every patternProperties schema its name matches
+                    sub = {"allOf": [sub] + [m for m, _ in matched]}
+            elif matched:  # additionalProperties applies only to keys no pattern matches
+                sub, where = (matched[0][0] if len(matched) == 1 else {"allOf": [m for m, _ in matched]}), matched[0][1]
             else:
                 sub, where = extra, f"{pointer}/additionalProperties"
             if sub is False or (isinstance(sub, dict) and self._deref(sub, refs) is False):
@@ -731,6 +745,21 @@ class SchemaCompiler:
             value = self.compile(sub, where, refs, depth + 1)
             items.append((self.text_regex(json.dumps(key, ensure_ascii=False)) + self.colon + value, req))
         return self.check("\\{" + self._member_list(items, pointer) + "\\}", pointer)
+
+    def _pattern_schemas(self, by_pattern: dict, key: str, pointer: str, refs: tuple[str, ...],
+                         depth: int) -> list[tuple[Any, str]]:
+        """The ``patternProperties`` schemas whose pattern the key ``key`` matches
+        (``re.search`` semantics, on poot's own automaton: no backtracking)."""
+        from poot_vllm.core.automata.compilers import regex_matches
+
+        text = spell_escaped(json.dumps(key, ensure_ascii=False), self.escaped).encode("utf-8", "surrogatepass")
+        out = []
+        for pattern, sub in by_pattern.items():
+            where = f"{pointer}/patternProperties/{_escape_token(pattern)}"
+            key_regex = self.compile({"type": "string", "pattern": pattern}, where, refs, depth + 1)
+            if regex_matches(key_regex, [text], self.limits)[0]:
+                out.append((sub, where))
+        return out
 
     def _property_names(self, schema: dict, pointer: str, refs: tuple[str, ...]) -> set[str] | None:
         """The finite set of allowed keys that ``propertyNames`` gives (``enum``/``const``), None if absent; else refused."""
