@@ -154,6 +154,10 @@ def check_mask_work(automaton: Any, vocab_size: int, limits: Limits = DEFAULT_LI
             from poot_vllm.core.json_schema import largest_parts
 
             advice = largest_parts(constraint.spec, limits) or advice
+        elif constraint is not None and constraint.kind is Kind.TOOL_CALL:
+            from poot_vllm.core.tool_calls.forcing import largest_tool_parts
+
+            advice = largest_tool_parts(constraint.spec, limits) or advice
         raise LimitExceeded("computing the token masks of this constraint", "max_mask_work",
                             limits.max_mask_work, "trie-node visits",
                             f"estimated {work} for {n} automaton states over {vocab_size} tokens; {advice}")

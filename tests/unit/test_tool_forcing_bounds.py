@@ -68,3 +68,24 @@ def test_realistically_nested_tools_are_served_with_parallel_calls(parallel):
     if parallel:  # the call written twice into one regex would not fit the same limits
         with pytest.raises(LimitExceeded, match="max_automaton_bytes"):
             regex_to_dfa(tool_call_regex(spec), Limits())
+
+
+def test_a_forced_call_over_the_budget_names_the_tool_and_its_schema_part():
+    # minLength 40 keeps the strings expanded: /properties/notes of 'annotate' is the large part
+    big = {"type": "object", "properties": {f"note{i}": {"type": "string", "minLength": 40, "maxLength": 90}
+                                            for i in range(6)}, "required": [f"note{i}" for i in range(6)]}
+    spec = tool_call_spec([("annotate", big), ("ping", None)], parallel=True)
+    with pytest.raises(LimitExceeded, match="max_automaton_bytes") as exc:
+        compile_tool_call_constraint(spec, Limits())
+    message = str(exc.value)
+    assert "tool 'annotate' makes" in message and "/properties/note" in message, message
+
+
+def test_a_forced_call_over_the_mask_work_names_the_tool():
+    from poot_vllm.core.constraints import Constraint, Kind, check_mask_work
+
+    spec = tool_call_spec(NESTED, parallel=True)
+    dfa = compile_tool_call_constraint(spec, Limits())
+    with pytest.raises(LimitExceeded, match="max_mask_work") as exc:
+        check_mask_work(dfa, 128_256, Limits(max_mask_work=1000), Constraint(Kind.TOOL_CALL, spec))
+    assert "tool '" in str(exc.value) and "% of the call" in str(exc.value), str(exc.value)

@@ -153,12 +153,39 @@ def compile_tool_call_constraint(spec: str, limits: Limits = DEFAULT_LIMITS) -> 
     payload = _parse_spec(spec)
     codec = _forcing_codec(payload)
     budget = Budget(limits.max_automaton_bytes)
-    dfa = regex_tree_to_dfa(parse(call_regex(spec, limits)), budget)
-    if payload.get("parallel"):
-        dfa = repeat_with_separator(dfa, codec.separator.encode("utf-8"), budget)
-    if codec.prefix or codec.suffix:
-        dfa = wrap_literals(dfa, codec.prefix.encode("utf-8"), codec.suffix.encode("utf-8"), budget)
+    try:
+        dfa = regex_tree_to_dfa(parse(call_regex(spec, limits)), budget)
+        if payload.get("parallel"):
+            dfa = repeat_with_separator(dfa, codec.separator.encode("utf-8"), budget)
+        if codec.prefix or codec.suffix:
+            dfa = wrap_literals(dfa, codec.prefix.encode("utf-8"), codec.suffix.encode("utf-8"), budget)
+    except LimitExceeded as exc:
+        explained = largest_tool_parts(spec, limits)
+        if not explained or getattr(exc, "what", None) is None:
+            raise
+        detail = f"{exc.detail}; {explained}" if getattr(exc, "detail", "") else explained
+        raise LimitExceeded(exc.what, exc.limit_name, exc.limit, exc.unit, detail) from None
     return dfa
+
+
+def largest_tool_parts(spec: str, limits: Limits = DEFAULT_LIMITS) -> str:
+    """Which tool makes a forced call's automaton large, and which parts of its
+    parameters' schema (JSON pointer, keyword, share), for a bound's 400."""
+    from poot_vllm.core.json_schema import largest_parts
+    from poot_vllm.core.json_schema.compiler import expanded_positions
+
+    try:
+        tools = _parse_spec(spec)["tools"]
+        sizes = [(expanded_positions(arguments_regex(t.get("parameters"), limits)), t) for t in tools]
+    except PootError:
+        return ""
+    total = sum(size for size, _ in sizes)
+    if not total:
+        return ""
+    size, tool = max(sizes, key=lambda st: st[0])
+    parts = largest_parts(tool["parameters"], limits) if tool.get("parameters") is not None else ""
+    share = f"tool {tool['name']!r} makes {100 * size // total}% of the call"
+    return f"{share}; in its parameters, {parts}" if parts else share
 
 
 def wrap_literals(dfa: DFA, prefix: bytes, suffix: bytes, budget: Budget) -> DFA:
