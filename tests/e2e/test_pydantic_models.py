@@ -1,4 +1,5 @@
-"""Pydantic models real clients send, served exactly (issue 14): emails, URIs, maps, optional and union fields.
+"""Pydantic models real clients send, served exactly (issue 14): emails, URIs, maps, optional and union fields,
+dicts with pattern-constrained keys (``patternProperties``).
 
 Each model goes through the openai client as ``response_format`` json_schema
 (strict), n > 1, on both tokenizer families; every reply is validated with
@@ -17,7 +18,7 @@ from typing import Annotated, Dict, Literal, Optional, Union
 
 import openai
 import pytest
-from pydantic import AnyUrl, BaseModel, EmailStr, Field, UrlConstraints
+from pydantic import AnyUrl, BaseModel, EmailStr, Field, StringConstraints, UrlConstraints
 
 
 class Contact(BaseModel):
@@ -43,7 +44,13 @@ class Order(BaseModel):
     priority: Optional[Literal["low", "high"]]
 
 
-MODELS = [Contact, Network, Inventory, Order]
+class Labels(BaseModel):
+    # Pydantic writes patternProperties for a dict with constrained keys (served: the map stays empty)
+    labels: Dict[Annotated[str, StringConstraints(pattern=r"^x-")], int]
+    name: Annotated[str, Field(max_length=20)]
+
+
+MODELS = [Contact, Network, Inventory, Order, Labels]
 
 
 @pytest.fixture(scope="module", params=["spm_server", "bpe_server"])
