@@ -262,24 +262,9 @@ def _is_static(look: ast.Look) -> bool:
     return isinstance(look.body, ast.Chars)
 
 
-def _refine(node: ast.Node, atoms: "list[cs.CodepointSet]", memo: dict) -> ast.Node:
+def _refine(node: ast.Node, atoms: "list[cs.CodepointSet]") -> ast.Node:
     """Split every class into its parts in ``atoms`` (lookaround bodies untouched)."""
-    hit = memo.get(id(node))
-    if hit is not None:
-        return hit[1]
-    if isinstance(node, ast.Chars):
-        parts = [cs.intersect(node.ranges, atom) for atom in atoms]
-        out: ast.Node = ast.alt([ast.Chars(p) for p in parts if p])
-    elif isinstance(node, ast.Concat):
-        out = ast.concat([_refine(i, atoms, memo) for i in node.items])
-    elif isinstance(node, ast.Alt):
-        out = ast.alt([_refine(i, atoms, memo) for i in node.items])
-    elif isinstance(node, ast.Repeat):
-        out = ast.repeat(_refine(node.item, atoms, memo), node.min, node.max)
-    else:
-        out = node
-    memo[id(node)] = (node, out)
-    return out
+    return ast.map_classes(node, lambda c: ast.alt([ast.Chars(p) for p in (cs.intersect(c.ranges, a) for a in atoms) if p]))
 
 
 # --- byte classes -----------------------------------------------------------------
@@ -388,7 +373,7 @@ class _ByteNFA:
         static_sets = [look.body.ranges for look in look_index if _is_static(look)]  # type: ignore[union-attr]
         static_sets += [c for look in look_index for c in _context_sets(look)]
         if static_sets:
-            node = _refine(node, cs.partition(static_sets), {})
+            node = _refine(node, cs.partition(static_sets))
             class_index = {}
             _distinct_classes(node, class_index)
         n_positions = counters.count_positions(node) if self.counted else ast.position_count(node)

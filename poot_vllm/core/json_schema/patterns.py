@@ -264,25 +264,12 @@ def _atoms(sets: "list[cs.CodepointSet]") -> list[cs.CodepointSet]:
         ) from None
 
 
-def _to_atoms(node: ast.Node, atoms: "list[cs.CodepointSet]", memo: dict) -> ast.Node:
+def _to_atoms(node: ast.Node, atoms: "list[cs.CodepointSet]") -> ast.Node:
     """The tree over atom bytes: a class becomes the bytes of the atoms inside it."""
-    hit = memo.get(id(node))
-    if hit is not None:
-        return hit[1]
-    if isinstance(node, ast.Chars):
-        members = [(i, i) for i, atom in enumerate(atoms) if cs.intersect(atom, node.ranges)]
-        out: ast.Node = ast.chars(cs.normalize(members))
-    elif isinstance(node, ast.Concat):
-        out = ast.concat([_to_atoms(i, atoms, memo) for i in node.items])
-    elif isinstance(node, ast.Alt):
-        out = ast.alt([_to_atoms(i, atoms, memo) for i in node.items])
-    elif isinstance(node, ast.Repeat):
-        out = ast.repeat(_to_atoms(node.item, atoms, memo), node.min, node.max)
-    else:
-        assert isinstance(node, ast.Look)
-        out = ast.Look(node.behind, node.negated, _to_atoms(node.body, atoms, memo))
-    memo[id(node)] = (node, out)
-    return out
+    def leaf(c: ast.Chars) -> ast.Node:
+        return ast.chars(cs.normalize([(i, i) for i, atom in enumerate(atoms) if cs.intersect(atom, c.ranges)]))
+
+    return ast.map_classes(node, leaf, into_looks=True)
 
 
 class _Rx:
@@ -333,7 +320,7 @@ def _translate_by_automaton(tree: ast.Node, size_check, escaped: str) -> Transla
     _classes(tree, sets)
     atoms = _atoms(list(sets))
     try:
-        dfa = regex_tree_to_dfa(_to_atoms(tree, atoms, {}), Budget(ATOM_AUTOMATON_BYTES, "the pattern's automaton"), counted=False)
+        dfa = regex_tree_to_dfa(_to_atoms(tree, atoms), Budget(ATOM_AUTOMATON_BYTES, "the pattern's automaton"), counted=False)
     except LimitExceeded as exc:
         raise PatternError(f"the pattern's automaton is too large: {exc}") from None
     except PootError:

@@ -25,7 +25,7 @@ that match nothing), so a tree that can match some string contains no
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Union
+from typing import Callable, Union
 
 from poot_vllm.core.regex.charsets import CodepointSet, single
 
@@ -128,6 +128,34 @@ def position_count(node: Node) -> int:
         return sum(position_count(i) for i in node.items)
     copies = node.max if node.max is not None else max(node.min, 1)
     return copies * position_count(node.item)
+
+
+def map_classes(node: Node, leaf: "Callable[[Chars], Node]", into_looks: bool = False) -> Node:
+    """The tree with every character class replaced by ``leaf(class)``, rebuilt
+    with the smart constructors (subtrees shared in the tree are mapped once).
+    Lookaround bodies are mapped too with ``into_looks``, else left as they are."""
+    memo: dict[int, tuple[Node, Node]] = {}
+
+    def walk(n: Node) -> Node:
+        hit = memo.get(id(n))
+        if hit is not None:
+            return hit[1]
+        if isinstance(n, Chars):
+            out = leaf(n)
+        elif isinstance(n, Concat):
+            out = concat([walk(i) for i in n.items])
+        elif isinstance(n, Alt):
+            out = alt([walk(i) for i in n.items])
+        elif isinstance(n, Repeat):
+            out = repeat(walk(n.item), n.min, n.max)
+        elif isinstance(n, Look) and into_looks:
+            out = Look(n.behind, n.negated, walk(n.body))
+        else:
+            out = n
+        memo[id(n)] = (n, out)  # keeps n alive, so its id is not reused
+        return out
+
+    return walk(node)
 
 
 def has_look(node: Node) -> bool:
