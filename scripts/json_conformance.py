@@ -105,6 +105,33 @@ def sample_regex(regex: str, rng: random.Random) -> str:
     return "".join(out)
 
 
+def sample_dfa(dfa: Any, rng: random.Random, max_bytes: int = 4000) -> str | None:
+    """A random reply of a compiled DFA: a walk over live bytes (counter checks honoured).
+
+    Unlike :func:`sample_regex` it respects lookaheads (pattern + lengths,
+    patternProperties, propertyNames), which the regex front end's tree only
+    records.  ``None`` if the walk passed ``max_bytes`` without finishing.
+    """
+    state, counter, data = dfa.start, 0, bytearray()
+    while not (dfa.accepting[state] and (rng.random() < 0.15 or len(data) > 60)):
+        if len(data) > max_bytes:
+            return None
+        row = dfa.transitions[state]
+        live = [b for b in range(256) if row[b] >= 0]
+        ascii_live = [b for b in live if b < 0x80]
+        rng.shuffle(live)
+        order = ([rng.choice(ascii_live)] if ascii_live and rng.random() < 0.8 else []) + live
+        for byte in order:
+            nxt, c = dfa.run(bytes([byte]), state, counter)
+            if nxt >= 0:
+                state, counter = nxt, c
+                data.append(byte)
+                break
+        else:
+            return None
+    return data.decode("utf-8")
+
+
 # -- the run ---------------------------------------------------------------------------
 def _validator(schema: Any):
     import jsonschema
@@ -137,7 +164,10 @@ def check_item(item: dict, samples: int = 4, seed: int = 0) -> dict:
     rng = random.Random(seed)
     validator = _validator(item["schema"])
     for _ in range(samples):
-        text = sample_regex(regex, rng)
+        # a walk of the DFA respects lookaheads; the regex sampler only where the DFA is over budget
+        text = sample_dfa(dfa, rng) if dfa is not None else sample_regex(regex, rng)
+        if text is None:
+            continue
         if not compiled.fullmatch(text):
             problems.append(f"sampler produced a non-match: {text[:80]!r}")
             continue

@@ -1,5 +1,6 @@
 """Pydantic models real clients send, served exactly (issue 14): emails, URIs, maps, optional and union fields,
-dicts with pattern-constrained keys (``patternProperties``).
+dicts with pattern-constrained keys (``patternProperties``), recursive models (trees, expressions; unrolled
+to a fixed depth, docs/json-schema.md).
 
 Each model goes through the openai client as ``response_format`` json_schema
 (strict), n > 1, on both tokenizer families; every reply is validated with
@@ -14,7 +15,7 @@ from __future__ import annotations
 import datetime
 import ipaddress
 import json
-from typing import Annotated, Dict, Literal, Optional, Union
+from typing import Annotated, Dict, List, Literal, Optional, Union
 
 import openai
 import pytest
@@ -45,12 +46,27 @@ class Order(BaseModel):
 
 
 class Labels(BaseModel):
-    # Pydantic writes patternProperties for a dict with constrained keys (served: the map stays empty)
+    # Pydantic writes patternProperties for a dict with pattern-constrained keys (served: every key
+    # matches the pattern) and propertyNames for length-constrained keys (served: every key is short)
     labels: Dict[Annotated[str, StringConstraints(pattern=r"^x-")], int]
+    short: Dict[Annotated[str, StringConstraints(max_length=4)], Annotated[int, Field(ge=0, le=9)]]
     name: Annotated[str, Field(max_length=20)]
 
 
-MODELS = [Contact, Network, Inventory, Order, Labels]
+class TreeNode(BaseModel):
+    # recursive: Pydantic writes {"$ref": "#/$defs/TreeNode"} inside its own $defs entry
+    label: Annotated[str, Field(max_length=6)]
+    children: List["TreeNode"] = []
+
+
+class Expr(BaseModel):
+    op: Literal["+", "*", "num"]
+    value: Optional[Annotated[int, Field(ge=0, le=9)]] = None
+    left: Optional["Expr"] = None
+    right: Optional["Expr"] = None
+
+
+MODELS = [Contact, Network, Inventory, Order, Labels, TreeNode, Expr]
 
 
 @pytest.fixture(scope="module", params=["spm_server", "bpe_server"])
@@ -95,3 +111,20 @@ def test_unsatisfiable_branch_is_dropped_and_whitespace_pattern_is_honoured(serv
             model=server.model, messages=[{"role": "user", "content": "x"}], max_tokens=5,
             extra_body={"guided_json": schema, "guided_whitespace_pattern": "\\s*"})
     assert "guided_whitespace_pattern" in str(e.value) and "unbounded" in str(e.value)
+
+
+def test_recursive_model_through_openai_parse_and_as_a_named_tool(served):
+    """The OpenAI SDK's ``parse`` and ``pydantic_function_tool`` (strict) with a recursive model."""
+    server, client = served
+    completion = client.chat.completions.parse(
+        model=server.model, messages=[{"role": "user", "content": "a tree"}], response_format=TreeNode,
+        max_tokens=600, n=2)
+    for c in completion.choices:
+        assert c.finish_reason == "stop", c
+        assert isinstance(c.message.parsed, TreeNode)
+    r = client.chat.completions.create(
+        model=server.model, messages=[{"role": "user", "content": "a tree"}], max_tokens=600, n=2,
+        tools=[openai.pydantic_function_tool(TreeNode)], tool_choice={"type": "function", "function": {"name": "TreeNode"}})
+    for c in r.choices:
+        assert c.finish_reason in ("stop", "tool_calls") and c.message.tool_calls and len(c.message.tool_calls) == 1, c
+        TreeNode.model_validate_json(c.message.tool_calls[0].function.arguments)

@@ -9,18 +9,19 @@ one slot are not.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import random
 import sys
 from pathlib import Path
-from typing import Any, Dict, Literal
+from typing import Annotated, Any, Dict, Literal
 
 import jsonschema
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pydantic import BaseModel
+from pydantic import BaseModel, StringConstraints
 
 from poot_vllm.core.errors import UnsupportedConstruct
 from poot_vllm.core.json_schema import compile_json_schema, schema_to_regex
@@ -54,7 +55,9 @@ def assert_samples_strict(schema: Any, n: int = 200, seed: int = 0) -> None:
     validator = cls(schema)
     rng = random.Random(seed)
     for _ in range(n):
-        text = conformance.sample_regex(regex, rng)
+        text = conformance.sample_regex(regex, rng) if "(?" not in regex else conformance.sample_dfa(dfa, rng)
+        if text is None:
+            continue
         assert dfa.matches(text.encode("utf-8")), text
         value = strict_loads(text)
         assert validator.is_valid(value), text
@@ -160,7 +163,88 @@ def test_enum_property_names_through_ref_and_refusals():
     schema = {"$defs": {"K": {"enum": ["a", "b"], "type": "string"}}, "type": "object",
               "propertyNames": {"$ref": "#/$defs/K"}, "additionalProperties": {"type": "integer"}}
     assert accepts(schema, '{"a":1,"b":2}') and not accepts(schema, '{"c":1}')
-    with pytest.raises(UnsupportedConstruct, match=r"'propertyNames' at /properties/m/propertyNames"):
-        schema_to_regex({"type": "object", "properties": {"m": {"type": "object", "propertyNames": {"pattern": "^a"}}}})
+    with pytest.raises(UnsupportedConstruct, match=r"'format' at /properties/m/propertyNames"):
+        schema_to_regex({"type": "object", "properties": {"m": {"type": "object", "propertyNames": {"format": "iri"}}}})
     with pytest.raises(UnsupportedConstruct, match=r"'propertyNames'.*'z'"):
         schema_to_regex({"type": "object", "required": ["z"], "properties": {"z": {}}, "propertyNames": {"enum": ["a"]}})
+
+
+# -- keys constrained by a schema: propertyNames and patternProperties on free keys ------------------------
+class Limited(BaseModel):
+    short: Dict[Annotated[str, StringConstraints(max_length=4)], int]
+    pattern: Dict[Annotated[str, StringConstraints(pattern=r"^[a-z]+$")], bool]
+
+
+def _walks(schema: Any, n: int, seed: int = 0) -> list[str]:
+    dfa = compile_json_schema(schema)
+    rng = random.Random(seed)
+    return [t for t in (conformance.sample_dfa(dfa, rng) for _ in range(n)) if t is not None]
+
+
+def test_constrained_key_dicts_validate_with_pydantic():
+    """Pydantic's Dict[constr(max_length=4), X] (propertyNames) and Dict[constr(pattern=...), X]
+    (patternProperties): every emitted key is an allowed name, never repeated, and keys are emitted."""
+    schema = Limited.model_json_schema()
+    assert "propertyNames" in json.dumps(schema) and "patternProperties" in json.dumps(schema)
+    assert_samples_strict(schema, n=100)
+    keys: set[str] = set()
+    for text in _walks(schema, 150):
+        model = Limited.model_validate_json(text)
+        strict_loads(text)
+        keys |= set(model.short) | set(model.pattern)
+    assert any(len(k) == 4 for k in keys) and any(k.isalpha() and k.islower() for k in keys)
+    assert accepts(schema, '{"pattern":{"abc":true,"zz":false},"short":{"":1,"abcd":2}}')
+    assert not accepts(schema, '{"pattern":{},"short":{"abcde":1}}')
+    assert not accepts(schema, '{"pattern":{"aB":true},"short":{}}')
+
+
+MIXED = {"type": "object",
+         "patternProperties": {"^a": {"type": "integer"}, "b$": {"type": "string", "maxLength": 2}},
+         "additionalProperties": {"type": "boolean"}}
+
+
+@functools.lru_cache(maxsize=1)
+def _mixed_dfa():
+    return compile_json_schema(MIXED)
+
+
+@settings(max_examples=300, deadline=None)
+@given(key=st.text(alphabet="abxé", max_size=3),
+       value=st.one_of(st.integers(-1000, 1000), st.text(alphabet="xy", max_size=3), st.booleans()))
+def test_free_keys_take_the_schemas_of_the_patterns_they_match(key, value):
+    """A one-key map (every key fits its slot) against jsonschema: what poot accepts is valid,
+    and every valid one-key map with a printable-ASCII key is accepted (the narrowing: a key
+    that must miss a pattern is printable ASCII)."""
+    text = json.dumps({key: value}, ensure_ascii=False)
+    valid = jsonschema.Draft202012Validator(MIXED).is_valid({key: value})
+    accepted = _mixed_dfa().matches(text.encode("utf-8"))
+    if accepted:
+        assert valid, text
+    if valid and key.isascii():
+        assert accepted, text
+
+
+def test_pattern_kinds_in_samples_and_refusals():
+    for text in _walks(MIXED, 200, seed=3):
+        assert jsonschema.Draft202012Validator(MIXED).is_valid(strict_loads(text)), text
+    # each kind of key takes its own schema: ^a integer, b$ short string, others boolean
+    assert all(accepts(MIXED, t) for t in ['{"ax":1}', '{"xb":"hi"}', '{"q":true}', '{"ax":1,"q":false,"xb":""}'])
+    assert not any(accepts(MIXED, t) for t in ['{"ax":true}', '{"xb":"hij"}', '{"xb":1}', '{"q":1}', '{"é":true}'])
+    assert not accepts(MIXED, '{"ab":1}') and not accepts(MIXED, '{"ab":"x"}')  # both patterns: no value fits
+    # keys matching no pattern, without additionalProperties: none is emitted (Pydantic rejects them)
+    only = {"type": "object", "patternProperties": {"^x-": {"type": "integer"}}}
+    assert accepts(only, '{"x-a":1}') and not accepts(only, '{"y":1}')
+    with pytest.raises(UnsupportedConstruct, match=r"'patternProperties' at /properties/m/patternProperties: 4 patterns on free keys"):
+        schema_to_regex({"type": "object", "properties": {"m": {"type": "object", "patternProperties": {
+            "a": {}, "b": {}, "c": {}, "d": {}}}}})
+
+
+def test_property_names_filter_listed_keys():
+    schema = {"type": "object", "propertyNames": {"pattern": "^[a-z]+$"},
+              "properties": {"ok": {"type": "integer"}, "Bad": {"type": "integer"}}}
+    assert accepts(schema, '{"ok":1}') and not accepts(schema, '{"Bad":1}')
+    with pytest.raises(UnsupportedConstruct, match=r"'propertyNames' at /propertyNames: required property 'Bad'"):
+        schema_to_regex({**schema, "required": ["Bad"]})
+    # a name schema no string satisfies allows only the empty object
+    assert accepts({"type": "object", "propertyNames": {"type": "integer"}}, "{}")
+    assert not accepts({"type": "object", "propertyNames": {"type": "integer"}}, '{"a":1}')

@@ -224,6 +224,11 @@ INTERSECTIONS = [
     ({"type": "string", "format": "uuid", "maxLength": 36, "minLength": 36},
      ['"123e4567-e89b-12d3-a456-426614174000"'], ['"123e4567"']),
     ({"type": "string", "format": "ipv4", "maxLength": 9}, ['"10.0.0.1"', '"1.2.3.4"'], ['"10.10.10.1"']),
+    # two patterns (allOf): both hold, with the lengths
+    ({"allOf": [{"type": "string", "pattern": "^[a-z]+$"}, {"pattern": "q"}], "maxLength": 6},
+     ['"aq"', '"qqqqqq"', '"zzqzz"'], ['"AQ"', '"ab"', '"aqaqaqa"', '"q1"']),
+    ({"allOf": [{"type": "string", "format": "date"}, {"pattern": "-12-"}, {"pattern": "^19"}]},
+     ['"1999-12-31"'], ['"2000-12-31"', '"1999-11-30"']),
 ]
 
 
@@ -448,11 +453,96 @@ def test_allof_merges_and_refs():
         schema_to_regex(closed)  # b is required by one branch and forbidden by the other
 
 
-def test_recursive_and_external_refs_refused():
-    with pytest.raises(UnsupportedConstruct, match=r"'\$ref' at /properties/next/\$ref: recursive"):
-        schema_to_regex({"type": "object", "properties": {"next": {"$ref": "#"}}})
+def test_external_refs_refused():
     with pytest.raises(UnsupportedConstruct, match=r"'\$ref'"):
         schema_to_regex({"$ref": "other.json#/x"})
+
+
+# Recursive $ref (issue 14): unrolled to RECURSION_DEPTHS levels, so the constraint stays a DFA.
+TREE = {"$defs": {"Node": {"type": "object", "required": ["v"], "additionalProperties": False, "properties": {
+    "v": {"type": "integer", "minimum": 0, "maximum": 9},
+    "kids": {"type": "array", "items": {"$ref": "#/$defs/Node"}}}}}, "$ref": "#/$defs/Node"}
+
+
+def _tree(depth: int) -> str:
+    """A chain of ``depth`` nested nodes in poot's spelling."""
+    text = '{"v":1}'
+    for _ in range(depth - 1):
+        text = '{"kids":[' + text + ',{"v":2}],"v":3}'
+    return text
+
+
+def test_recursive_ref_is_unrolled_to_the_default_depth():
+    from poot_vllm.core.json_schema import RECURSION_DEPTHS
+
+    levels = RECURSION_DEPTHS[0]
+    check_table(TREE, [_tree(d) for d in range(1, levels + 1)] + ['{"kids":[],"v":0}'],
+                [_tree(levels + 1), '{"kids":[{}],"v":0}', '{"v":10}'])
+    assert is_valid(TREE, _tree(levels + 1))  # valid, but deeper than poot unrolls: a narrowing
+    samples_validate(TREE, n=80)
+
+
+def test_recursion_through_the_root_optional_fields_and_all_of():
+    linked = {"type": "object", "required": ["v"], "properties": {"v": {"type": "boolean"}, "next": {"$ref": "#"}}}
+    check_table(linked, ['{"v":true}', '{"next":{"next":{"v":false},"v":true},"v":true}'], ['{"next":{},"v":true}'])
+    samples_validate(linked)
+    # Pydantic v1 wrote recursive fields as allOf: [{$ref}] (with a description beside it)
+    v1 = {"definitions": {"N": {"type": "object", "required": ["v"], "properties": {
+        "v": {"type": "integer", "minimum": 0, "maximum": 3},
+        "child": {"allOf": [{"$ref": "#/definitions/N"}], "description": "the child"}}}}, "$ref": "#/definitions/N"}
+    check_table(v1, ['{"child":{"child":{"v":1},"v":2},"v":0}'], ['{"child":{"v":4},"v":0}'])
+    samples_validate(v1)
+
+
+def test_mutual_recursion_and_value_unions():
+    from typing import Dict, List, Optional, Union
+
+    from pydantic import BaseModel
+    from typing_extensions import TypeAliasType
+
+    class Dept(BaseModel):
+        name: str
+        staff: List["Emp"] = []
+
+    class Emp(BaseModel):
+        name: str
+        dept: Optional[Dept] = None
+
+    Dept.model_rebuild()
+    Value = TypeAliasType("Value", Union[int, bool, None, List["Value"], Dict[str, "Value"]])
+
+    class Doc(BaseModel):
+        data: Value
+
+    for model in (Dept, Doc):
+        schema = model.model_json_schema()
+        samples_validate(schema, n=60)
+        for text in (conformance.sample_regex(schema_to_regex(schema), random.Random(i)) for i in range(20)):
+            model.model_validate_json(text)
+    m = matcher(Dept.model_json_schema())
+    assert m('{"name":"d","staff":[{"dept":{"name":"e","staff":[]},"name":"x"}]}')
+    # The JSON-like union at depth 4 passes the automaton budget: a shallower depth that fits is chosen.
+    doc = compile_json_schema(Doc.model_json_schema())
+    assert doc.matches(b'{"data":[{"a":1},[]]}') and doc.matches(b'{"data":null}')
+
+
+def test_recursion_without_an_end_is_refused_naming_the_ref():
+    endless = {"$defs": {"N": {"type": "object", "required": ["next"], "properties": {"next": {"$ref": "#/$defs/N"}}}},
+               "$ref": "#/$defs/N"}
+    with pytest.raises(UnsupportedConstruct, match=r"'\$ref' at /\$defs/N/properties/next.*unrolled to 4 levels.*a way to end"):
+        compile_json_schema(endless)
+    # ... unless an anyOf branch ends it
+    ended = {"$defs": {"N": {"type": "object", "required": ["next"], "properties": {
+        "next": {"anyOf": [{"$ref": "#/$defs/N"}, {"type": "null"}]}}}}, "$ref": "#/$defs/N"}
+    check_table(ended, ['{"next":null}', '{"next":{"next":null}}'], ['{}'])
+
+
+def test_optional_property_and_items_that_no_value_fills_are_left_out():
+    schema = {"type": "object", "properties": {"a": {"type": "integer", "minimum": 5, "maximum": 1},
+                                               "b": {"type": "array", "items": {"enum": []}}}}
+    check_table(schema, ['{}', '{"b":[]}'], ['{"a":3}', '{"b":[1]}'])
+    with pytest.raises(UnsupportedConstruct):
+        schema_to_regex({"type": "array", "items": {"enum": []}, "minItems": 1})
 
 
 def test_free_form_any_value_is_bounded_depth_not_empty_object():
@@ -491,10 +581,11 @@ def test_pattern_properties_apply_instead_of_additional_properties():
     samples_validate(schema)
 
 
-def test_pattern_properties_without_listed_keys_emit_the_empty_object():
-    # free keys would each need checking against every pattern: poot emits none (documented narrowing)
+def test_pattern_properties_without_listed_keys_emit_matching_free_keys():
+    # free keys must match a pattern (no additionalProperties: keys matching none are not emitted,
+    # as Pydantic's Dict[constr(pattern=...), X] rejects them) and take that pattern's schema
     check_table({"type": "object", "patternProperties": {"^x-": {"type": "string"}}},
-                accept=["{}"], reject=['{"x-a": "b"}'])
+                accept=["{}", '{"x-a": "b"}', '{"x-": ""}'], reject=['{"y": "b"}', '{"x-a": 1}', '{"x": "b"}'])
 
 
 # -- refusals and errors --------------------------------------------------------------------------
@@ -504,12 +595,12 @@ def test_pattern_properties_without_listed_keys_emit_the_empty_object():
         ({"type": "object", "properties": {"tags": {"type": "array", "items": {"type": "array", "uniqueItems": True}}}}, "/properties/tags/items/uniqueItems"),
         ({"not": {"type": "null"}}, "/not"),
         ({"if": {}, "then": {}}, "/then"),
-        ({"type": "object", "patternProperties": {"^a": {}}, "minProperties": 1}, "/patternProperties"),
+        ({"type": "object", "patternProperties": {"a": {}, "b": {}, "c": {}, "d": {}}}, "/patternProperties"),
         ({"type": "integer", "multipleOf": 3}, "/multipleOf"),
         ({"type": "array", "contains": {}}, "/contains"),
         ({"type": "string", "format": "iri"}, "/format"),
         ({"type": "object", "dependentRequired": {"a": ["b"]}}, "/dependentRequired"),
-        ({"type": "object", "propertyNames": {"maxLength": 3}}, "/propertyNames"),
+        ({"type": "object", "propertyNames": {"format": "iri"}}, "/propertyNames/format"),
     ],
 )
 def test_refusals_name_keyword_and_pointer(schema, pointer):
@@ -628,7 +719,8 @@ def test_oneof_drops_exactly_empty_branches_and_stays_disjoint():
 
 def test_nothing_left_is_refused_naming_every_emptied_keyword():
     with pytest.raises(UnsupportedConstruct) as info:
-        schema_to_regex({"properties": {"x": {"anyOf": [{"enum": []}, {"type": "integer", "minimum": 3, "maximum": 1}]}}})
+        schema_to_regex({"required": ["x"], "properties": {
+            "x": {"anyOf": [{"enum": []}, {"type": "integer", "minimum": 3, "maximum": 1}]}}})
     message = str(info.value)
     assert "at /properties/x/anyOf" in message
     assert "/properties/x/anyOf/0/enum" in message and "/properties/x/anyOf/1/minimum" in message

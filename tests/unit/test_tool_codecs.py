@@ -650,3 +650,32 @@ def test_looped_and_wrapped_dfa_is_the_minimal_dfa_of_the_written_out_regex(name
 def test_a_mistral_tool_name_holding_its_marker_is_refused():
     with pytest.raises(PootError, match="TOOL_CALLS"):
         compile_tool_call_constraint(tool_call_spec([("x[TOOL_CALLS]", None)], parallel=False, codec="mistral"))
+
+
+# A recursive tool (a category tree): unrolled like a response_format schema, forced with parallel calls.
+CATEGORY = {"$defs": {"Cat": {"type": "object", "required": ["name"], "additionalProperties": False, "properties": {
+    "name": {"type": "string", "maxLength": 6},
+    "sub": {"type": "array", "items": {"$ref": "#/$defs/Cat"}, "maxItems": 3}}}},
+    "type": "object", "required": ["root"], "additionalProperties": False,
+    "properties": {"root": {"$ref": "#/$defs/Cat"}}}
+
+
+def _depth(cat: dict) -> int:
+    return 1 + max((_depth(c) for c in cat.get("sub", [])), default=0)
+
+
+def test_a_recursive_tool_is_forced_and_every_sampled_call_validates():
+    spec = tool_call_spec([("categorize", CATEGORY)], parallel=True)
+    dfa = compile_automaton(Constraint(Kind.TOOL_CALL, spec))
+    rnd, deepest = random.Random(5), 0
+    for _ in range(60):
+        reply = _sample(dfa, rnd, rnd.randint(80, 600)).decode("utf-8")
+        calls = HERMES_TEXT.parse(reply).calls
+        assert calls
+        for call in calls:
+            args = json.loads(call.arguments)
+            jsonschema.validate(args, CATEGORY)
+            deepest = max(deepest, _depth(args["root"]))
+    assert deepest >= 3  # the recursion really is unrolled, not cut at the first level
+    nested = '{"root": {"name": "a", "sub": [{"name": "b", "sub": [{"name": "c"}]}]}}'
+    assert dfa.matches(f'<tool_call>\n{{"name": "categorize", "arguments": {nested}}}\n</tool_call>'.encode())

@@ -9,14 +9,16 @@ from __future__ import annotations
 
 from poot_vllm.core.automata.compilers import regex_to_dfa
 from poot_vllm.core.automata.dfa import DFA
-from poot_vllm.core.json_schema.compiler import FREE_FORM_DEPTH, MAX_SCHEMA_DEPTH, canonical_schema_text, parse_schema
+from poot_vllm.core.json_schema.compiler import (FREE_FORM_DEPTH, MAX_SCHEMA_DEPTH, RECURSION_DEPTHS, canonical_schema_text,
+                                                parse_schema)
 from poot_vllm.core.json_schema.compiler import compile_schema
-from poot_vllm.core.json_schema.compiler import schema_to_regex as _schema_to_regex
 from poot_vllm.core.errors import LimitExceeded
+from poot_vllm.core.json_schema.refs import cyclic_targets
 from poot_vllm.core.limits import DEFAULT_LIMITS, Limits
 
 
-def schema_to_regex(schema: dict | bool | str, limits: Limits = DEFAULT_LIMITS, *, escaped: str = "") -> str:
+def schema_to_regex(schema: dict | bool | str, limits: Limits = DEFAULT_LIMITS, *, escaped: str = "",
+                    recursion: "int | None" = None) -> str:
     """The regex (poot syntax) whose matches are JSON texts valid for ``schema``.
 
     ``schema`` is a parsed schema or its JSON text (text over
@@ -30,8 +32,14 @@ def schema_to_regex(schema: dict | bool | str, limits: Limits = DEFAULT_LIMITS, 
     strings, keys, ``enum``/``const`` values and ``pattern`` strings, only as
     ``\\u00XX`` escapes (the decoded values are the same); tool-call
     forcing passes ``"<"`` so no markup tag can appear in the arguments.
+
+    ``recursion``: the levels a recursive ``$ref`` is unrolled to (default:
+    the deepest of ``RECURSION_DEPTHS`` whose automaton fits its budgets, the
+    regex :func:`compile_json_schema` enforces).
     """
-    return _schema_to_regex(schema, limits, escaped)
+    if recursion is None and cyclic_targets(parse_schema(schema, limits)):
+        return _fit_recursion(schema, limits, escaped)[0]
+    return compile_schema(schema, limits, escaped, recursion)[0]
 
 
 def compile_json_schema(schema: "dict | bool | str", limits: Limits = DEFAULT_LIMITS) -> DFA:
@@ -42,16 +50,33 @@ def compile_json_schema(schema: "dict | bool | str", limits: Limits = DEFAULT_LI
     An automaton over ``max_automaton_bytes`` is refused naming the schema
     parts (JSON pointer and keyword) that contribute most of it.
     """
-    regex, compiler = compile_schema(schema, limits)
-    try:
-        return regex_to_dfa(regex, limits)
-    except LimitExceeded as exc:
-        # Name the schema parts that make the automaton large (pointer, keyword, share).
-        parts = compiler.largest_parts()
-        if not parts or getattr(exc, "what", None) is None:
+    return _fit_recursion(schema, limits)[1]
+
+
+def _fit_recursion(schema: "dict | bool | str", limits: Limits, escaped: str = "") -> tuple[str, DFA]:
+    """The regex and DFA of a schema, a recursive one unrolled to the deepest of
+    ``RECURSION_DEPTHS`` whose regex and automaton fit their budgets (each try
+    is bounded by them); a refusal names the schema parts that make it large."""
+    for i, levels in enumerate(RECURSION_DEPTHS):
+        last = i == len(RECURSION_DEPTHS) - 1
+        try:
+            regex, compiler = compile_schema(schema, limits, escaped, recursion=levels)
+        except LimitExceeded as exc:
+            if getattr(exc, "recursion_cut", False) and not last:
+                continue
             raise
-        detail = f"{exc.detail}; {parts}" if getattr(exc, "detail", "") else parts
-        raise LimitExceeded(exc.what, exc.limit_name, exc.limit, exc.unit, detail) from None
+        try:
+            return regex, regex_to_dfa(regex, limits)
+        except LimitExceeded as exc:
+            if compiler.recursion_cut and not last:
+                continue
+            # Name the schema parts that make the automaton large (pointer, keyword, share).
+            parts = compiler.largest_parts()
+            if not parts or getattr(exc, "what", None) is None:
+                raise
+            detail = f"{exc.detail}; {parts}" if getattr(exc, "detail", "") else parts
+            raise LimitExceeded(exc.what, exc.limit_name, exc.limit, exc.unit, detail) from None
+    raise AssertionError("unreachable")
 
 
 def largest_parts(schema: "dict | bool | str", limits: Limits = DEFAULT_LIMITS) -> str:
@@ -60,5 +85,5 @@ def largest_parts(schema: "dict | bool | str", limits: Limits = DEFAULT_LIMITS) 
     return compile_schema(schema, limits)[1].largest_parts()
 
 
-__all__ = ["schema_to_regex", "compile_json_schema", "largest_parts", "canonical_schema_text", "parse_schema",
+__all__ = ["schema_to_regex", "compile_json_schema", "RECURSION_DEPTHS", "largest_parts", "canonical_schema_text", "parse_schema",
            "FREE_FORM_DEPTH", "MAX_SCHEMA_DEPTH"]

@@ -27,7 +27,7 @@ from poot_vllm.core.json_schema.formats import FORMATS, format_regex
 from poot_vllm.core.json_schema import maps
 from poot_vllm.core.json_schema.patterns import PatternError, translate_pattern
 from poot_vllm.core.json_schema.ranges import integer_range_regex
-from poot_vllm.core.json_schema.refs import ref_to_pointer, resolve_pointer
+from poot_vllm.core.json_schema.refs import cyclic_targets, ref_to_pointer, resolve_pointer
 from poot_vllm.core.json_schema.whitespace import WHITESPACE_KEY, check_whitespace_pattern
 from poot_vllm.core.json_schema.strings import (JSON_CHAR, NOT_RAW, check_escaped, escaped_set, json_char,
                                                 json_char_regex, spell_escaped)
@@ -52,6 +52,16 @@ FREE_FORM_DEPTH = 2
 FIRST_KEY_WINDOW = 8
 #: Schema nesting (including inlined ``$ref``) deeper than this is refused.
 MAX_SCHEMA_DEPTH = 64
+#: A recursive ``$ref`` (a tree, a linked list, a JSON-like value union) is
+#: unrolled: each schema on a reference cycle may be entered at most this many
+#: times on one path from the root (so a ``TreeNode`` nests this many levels).
+#: Deeper values are left out (a narrowing).  Unrolling keeps the constraint a
+#: DFA, so every reply still finishes inside ``max_tokens`` and the per-step
+#: masks stay precomputed; if the automaton passes a budget, compile_schema's
+#: callers retry with fewer levels (``RECURSION_DEPTHS``).
+RECURSION_DEPTH = 4
+#: The unrolling depths tried, deepest first, until the automaton fits its budgets.
+RECURSION_DEPTHS = (4, 3, 2, 1)
 
 ANNOTATIONS = frozenset(
     """title description examples example default $schema $id id $comment deprecated readOnly
@@ -172,6 +182,22 @@ def _alternation(alts: list[str]) -> str:
     return unique[0] if len(unique) == 1 else _group("|".join(unique))
 
 
+#: patternProperties on free keys: every set of matched patterns is a key kind (2**n of them).
+MAX_FREE_KEY_PATTERNS = 3
+
+
+class AllPatterns(tuple):
+    """Several ``pattern`` values that must all match (``allOf`` of patterns).
+
+    Made only by :meth:`SchemaCompiler.merge`, never read from a user's
+    schema (JSON has no tuples), so a list-valued ``pattern`` stays an error.
+    """
+
+    @classmethod
+    def of(cls, *values: "str | AllPatterns") -> "AllPatterns":
+        return cls(dict.fromkeys(p for v in values for p in ((v,) if isinstance(v, str) else v)))
+
+
 def _min_len(a: int | None, b: int | None) -> int | None:
     """The smaller of two optional upper bounds (None: unbounded)."""
     return b if a is None else a if b is None else min(a, b)
@@ -198,9 +224,16 @@ def counted_list(item: str, lo: int, hi: int | None, comma: str = COMMA) -> str:
 class SchemaCompiler:
     """One compilation: the root document (for ``$ref``), the limits, caches."""
 
-    def __init__(self, root: Any, limits: Limits, escaped: str = "", whitespace: str = WS) -> None:
+    def __init__(self, root: Any, limits: Limits, escaped: str = "", whitespace: str = WS,
+                 recursion: int = RECURSION_DEPTH) -> None:
         self.root = root
         self.limits = limits
+        #: how many times one schema on a reference cycle may be entered on a path (see RECURSION_DEPTH)
+        self.recursion = recursion
+        #: the ``$ref`` targets that lie on a reference cycle (their regex depends on the path)
+        self.cyclic = cyclic_targets(root)
+        #: whether a recursion was cut at ``recursion`` levels (a smaller depth may then fit a budget)
+        self.recursion_cut = False
         #: the separators (whitespace after ',' and ':'; a request's whitespace_pattern replaces WS)
         self.colon = ":" + _group(whitespace) if whitespace != WS else COLON
         self.comma = "," + _group(whitespace) if whitespace != WS else COMMA
@@ -210,7 +243,7 @@ class SchemaCompiler:
         self.string = f'"{self.json_char}*"'
         #: characters a free key may start with: written raw, so the decoded first character is known
         self.key_first = cs.subtract(cs.subtract(cs.complement(NOT_RAW), ((0xD800, 0xDFFF),)), escaped_set(self.escaped))
-        self.ref_cache: dict[str, str] = {}
+        self.ref_cache: dict[Any, str] = {}
         self._any_cache: dict[int, str] = {}
         #: (pointer, keyword, regex, copies) of every counted repetition and other large part, for
         #: explaining an automaton over its budget (largest_parts); regexes are shared, not copied
@@ -323,12 +356,19 @@ class SchemaCompiler:
         return out
 
     def _compile_ref(self, target: str, pointer: str, refs: tuple[str, ...], depth: int) -> str:
-        if target in refs:
-            raise refusal("$ref", pointer, f"recursive reference to '#{target}' (a cycle) is not supported")
-        if target not in self.ref_cache:
+        if refs.count(target) >= self.recursion:
+            # Unrolled far enough: this path ends here; an optional property, an
+            # array item, an anyOf branch holding it are left out (narrowing).
+            self.recursion_cut = True
+            raise unsatisfiable("$ref", pointer, f"the recursion through '#{target}' is unrolled to {self.recursion} "
+                                "levels and no shallower value is possible here; give the recursion a way to end "
+                                "(an optional property, an empty array or a null branch)", exact=False)
+        # A target's regex depends on how often the cyclic targets were entered on this path.
+        key = (target, tuple(refs.count(t) for t in self.cyclic)) if self.cyclic else target
+        if key not in self.ref_cache:
             sub = resolve_pointer(self.root, target, f"{pointer}/$ref")
-            self.ref_cache[target] = self.compile(sub, target, refs + (target,), depth + 1)
-        return self.ref_cache[target]
+            self.ref_cache[key] = self.compile(sub, target, refs + (target,), depth + 1)
+        return self.ref_cache[key]
 
     # -- allOf / $ref merging ---------------------------------------------------
     def flatten(self, schema: Any, pointer: str, refs: tuple[str, ...]) -> tuple[Any, tuple[str, ...]]:
@@ -343,8 +383,10 @@ class SchemaCompiler:
         parts.append(rest)
         if "$ref" in schema:
             target = ref_to_pointer(schema["$ref"], f"{pointer}/$ref")
-            if target in refs + followed:
-                raise refusal("$ref", pointer, f"recursive reference to '#{target}' (a cycle) is not supported")
+            if (refs + followed).count(target) >= self.recursion:
+                self.recursion_cut = True
+                raise unsatisfiable("$ref", pointer, f"the recursion through '#{target}' is unrolled to "
+                                    f"{self.recursion} levels and no shallower value is possible here", exact=False)
             sub, more = self.flatten(resolve_pointer(self.root, target, f"{pointer}/$ref"), target, refs + (target,))
             followed += (target,) + more
             parts.append(sub)
@@ -405,6 +447,8 @@ class SchemaCompiler:
                 out[k] = {"allOf": [va, vb]}
             elif json.dumps(va, sort_keys=True) == json.dumps(vb, sort_keys=True):
                 out[k] = va
+            elif k == "pattern" and all(isinstance(v, (str, AllPatterns)) for v in (va, vb)):
+                out[k] = AllPatterns.of(va, vb)  # every pattern must match: an intersection (_compile_string)
             else:
                 raise refusal("allOf", pointer, f"cannot merge two different '{k}' values exactly; combine them by hand")
         return out
@@ -681,7 +725,7 @@ class SchemaCompiler:
             raise bad_value("additionalProperties", pointer, "a schema", extra)
         lo = self._count(schema, "minProperties", pointer) or 0
         hi = self._count(schema, "maxProperties", pointer)
-        names = self._property_names(schema, pointer, refs)
+        names, names_regex = self._property_names(schema, pointer, refs, depth)
         by_pattern = schema.get("patternProperties", {})
         if not isinstance(by_pattern, dict):
             raise bad_value("patternProperties", pointer, "an object", by_pattern)
@@ -695,15 +739,15 @@ class SchemaCompiler:
             extra_keys = names - set(props)
             if not props and not required and not extra_keys:
                 extra = False
+        elif names_regex is not None and (props or required):
+            # Listed keys must be allowed names too: an optional one that is not is left out.
+            allowed = self._keys_matching(names_regex, sorted(set(props) | set(required)))
+            for r in required:
+                if r not in allowed:
+                    raise unsatisfiable("propertyNames", pointer, f"required property {r!r} does not satisfy 'propertyNames'")
+            props = {k: v for k, v in props.items() if k in allowed}
         if not props and not required and not extra_keys:
-            if by_pattern:
-                # Free keys would each have to be checked against every pattern: poot
-                # emits none here (a narrowing: only the empty object), or refuses.
-                if lo > 0:
-                    raise refusal("patternProperties", pointer, f"minProperties={lo} needs free keys, and poot emits "
-                                  "none beside patternProperties; list the keys in 'properties'")
-                return "\\{\\}"
-            return self._compile_map(extra, lo, hi, pointer, refs, depth)
+            return self._compile_map(extra, lo, hi, pointer, refs, depth, names_regex, by_pattern)
         required_set = set(required)
         entries: list[tuple[str, Any, str, bool]] = []  # key, schema, pointer, required
         for key in sorted(set(props) | required_set | extra_keys):
@@ -742,7 +786,12 @@ class SchemaCompiler:
             shaped.append((key, sub, where, req))
         items = []
         for key, sub, where, req in shaped:
-            value = self.compile(sub, where, refs, depth + 1)
+            try:
+                value = self.compile(sub, where, refs, depth + 1)
+            except UnsupportedConstruct as exc:
+                if req or not is_unsatisfiable(exc):
+                    raise
+                continue  # an optional property no value can fill is left out
             items.append((self.text_regex(json.dumps(key, ensure_ascii=False)) + self.colon + value, req))
         return self.check("\\{" + self._member_list(items, pointer) + "\\}", pointer)
 
@@ -750,34 +799,52 @@ class SchemaCompiler:
                          depth: int) -> list[tuple[Any, str]]:
         """The ``patternProperties`` schemas whose pattern the key ``key`` matches
         (``re.search`` semantics, on poot's own automaton: no backtracking)."""
-        from poot_vllm.core.automata.compilers import regex_matches
-
-        text = spell_escaped(json.dumps(key, ensure_ascii=False), self.escaped).encode("utf-8", "surrogatepass")
         out = []
         for pattern, sub in by_pattern.items():
             where = f"{pointer}/patternProperties/{_escape_token(pattern)}"
-            key_regex = self.compile({"type": "string", "pattern": pattern}, where, refs, depth + 1)
-            if regex_matches(key_regex, [text], self.limits)[0]:
+            if self._keys_matching(self._key_pattern(pattern, where, refs, depth), [key]):
                 out.append((sub, where))
         return out
 
-    def _property_names(self, schema: dict, pointer: str, refs: tuple[str, ...]) -> set[str] | None:
-        """The finite set of allowed keys that ``propertyNames`` gives (``enum``/``const``), None if absent; else refused."""
+    def _key_pattern(self, pattern: Any, where: str, refs: tuple[str, ...], depth: int) -> str:
+        """The JSON spellings (quotes included) of the keys a ``patternProperties`` pattern matches."""
+        if not isinstance(pattern, str):
+            raise bad_value("patternProperties", where, "patterns as keys", pattern)
+        return self.compile({"type": "string", "pattern": pattern}, where, refs, depth + 1)
+
+    def _keys_matching(self, key_regex: str, keys: list[str]) -> set[str]:
+        """The keys whose JSON spelling ``key_regex`` matches (poot's own automaton: no backtracking)."""
+        from poot_vllm.core.automata.compilers import regex_matches
+
+        texts = [spell_escaped(json.dumps(k, ensure_ascii=False), self.escaped).encode("utf-8", "surrogatepass") for k in keys]
+        return {k for k, ok in zip(keys, regex_matches(key_regex, texts, self.limits)) if ok}
+
+    def _property_names(self, schema: dict, pointer: str, refs: tuple[str, ...],
+                        depth: int) -> tuple[set[str] | None, str | None]:
+        """What ``propertyNames`` allows: (a finite set of keys, None) for ``enum``/``const``
+        (Dict[Literal[...], X]); (None, the JSON spellings of the allowed keys) for any other
+        string schema (Dict[constr(max_length=5), X]); (None, None) if absent."""
         if "propertyNames" not in schema:
-            return None
+            return None, None
         pn = self._deref(schema["propertyNames"], refs)
         if pn is True or pn == {}:
-            return None
+            return None, None
         if pn is False:
-            return set()
+            return set(), None
         if isinstance(pn, dict) and set(self._constraining(pn)) <= {"enum", "const", "type"} and (
                 "enum" in pn or "const" in pn) and pn.get("type", "string") in ("string", ["string"]):
             values = pn["enum"] if isinstance(pn.get("enum"), list) else [pn.get("const")]
             if "const" in pn:
                 values = [v for v in values if v == pn["const"]]
-            return {v for v in values if isinstance(v, str)}
-        raise refusal("propertyNames", pointer, "only a finite set of names (propertyNames with 'enum' or 'const') is supported; "
-                                                "list the keys in 'properties'")
+            return {v for v in values if isinstance(v, str)}, None
+        # Keys are strings whatever else the schema says: compile it as a string schema.
+        try:
+            return None, self.compile({"allOf": [schema["propertyNames"], {"type": "string"}]},
+                                      f"{pointer}/propertyNames", refs, depth + 1)
+        except UnsupportedConstruct as exc:
+            if is_unsatisfiable(exc):
+                return set(), None  # no name is allowed: only the empty object
+            raise
 
     def _member_list(self, items: list[tuple[str, bool]], pointer: str) -> str:
         """Comma-correct regex for the members in order, optional ones skippable (linear size).
@@ -814,36 +881,112 @@ class SchemaCompiler:
             return ""
         return acc if seen_required else _group(acc) + "?"
 
-    def _compile_map(self, extra: Any, lo: int, hi: int | None, pointer: str, refs: tuple[str, ...], depth: int) -> str:
-        """An object with no listed keys: free keys (never repeated) whose values follow additionalProperties."""
-        if extra is False or (hi == 0):
+    def _compile_map(self, extra: Any, lo: int, hi: int | None, pointer: str, refs: tuple[str, ...], depth: int,
+                     names_regex: str | None = None, by_pattern: dict | None = None) -> str:
+        """An object with no listed keys: free keys (never repeated) whose values follow
+        ``patternProperties`` and ``additionalProperties``, and whose names satisfy
+        ``propertyNames`` (``names_regex``)."""
+        if by_pattern:
+            kinds = self._pattern_kinds(by_pattern, extra, pointer, refs, depth)
+        elif extra is False or hi == 0:
+            kinds = []
+        elif (extra is True or extra == {}) and lo == 0 and hi is None and names_regex is None:
+            return self.check(self.free_object(self.any_value(FREE_FORM_DEPTH - 1)), pointer)
+        else:
+            try:
+                value = self.any_value(FREE_FORM_DEPTH - 1) if extra is True or extra == {} else \
+                    self.compile(extra, f"{pointer}/additionalProperties", refs, depth + 1)
+                kinds = [("", value)]
+            except UnsupportedConstruct as exc:
+                if not is_unsatisfiable(exc):
+                    raise
+                kinds = []  # no value fits a free key
+        if hi == 0:
+            kinds = []
+        if not kinds:
             if lo > 0:
                 raise unsatisfiable("minProperties", pointer, "no property is allowed, so minProperties cannot hold")
             return "\\{\\}"
         if lo > 1:
             raise refusal("minProperties", pointer, "minProperties > 1 on free keys is not supported (poot emits at most one "
                                                     "key per first-character slot, see docs); list the keys in 'properties'")
-        if (extra is True or extra == {}) and lo == 0 and hi is None:
-            return self.check(self.free_object(self.any_value(FREE_FORM_DEPTH - 1)), pointer)
-        value = self.any_value(FREE_FORM_DEPTH - 1) if extra is True or extra == {} else self.compile(extra, f"{pointer}/additionalProperties", refs, depth + 1)
-        return self.check("\\{" + self.free_members(value, lo, hi, pointer=pointer) + "\\}", pointer)
+        if names_regex is not None:  # every key is also an allowed name (an intersection)
+            kinds = [(f"(?={names_regex})" + prefix, value) for prefix, value in kinds]
+        return self.check("\\{" + self.free_members(kinds, lo, hi, pointer=pointer) + "\\}", pointer)
 
-    def free_members(self, value: str, lo: int, hi: int | None, groups: "int | None | str" = "auto", pointer: str = "") -> str:
+    def _pattern_kinds(self, by_pattern: dict, extra: Any, pointer: str, refs: tuple[str, ...],
+                       depth: int) -> list[tuple[str, str]]:
+        """Free keys under ``patternProperties``: (key lookaheads, value regex) per set of matched patterns.
+
+        A key matching the patterns S (and no other) takes allOf(S's schemas);
+        one matching none takes ``additionalProperties`` -- and none is emitted
+        when that is absent or ``true`` (a narrowing that keeps Pydantic's
+        ``Dict[constr(pattern=...), X]``, which rejects such keys, validating).
+        "Matches no other pattern" is a negative lookahead on the pattern's
+        spellings; the translation of a pattern is exact only on printable
+        ASCII (``\\d``, ``\\w``, ``\\s`` and ``$`` are narrowed elsewhere), so
+        keys that must miss a pattern are printable ASCII.
+        """
+        patterns = list(by_pattern.items())
+        if len(patterns) > MAX_FREE_KEY_PATTERNS:
+            raise refusal("patternProperties", pointer, f"{len(patterns)} patterns on free keys (at most "
+                          f"{MAX_FREE_KEY_PATTERNS}: every set of matched patterns is its own key kind); "
+                          "list the keys in 'properties'")
+        regexes = [self._key_pattern(p, f"{pointer}/patternProperties/{_escape_token(p)}", refs, depth) for p, _ in patterns]
+        ascii_key = f'(?="{json_char_regex(((0x20, 0x7E),), self.escaped)}*")'
+        kinds: list[tuple[str, str]] = []
+        for mask in range(1 << len(patterns)):
+            chosen = [i for i in range(len(patterns)) if mask >> i & 1]
+            if not chosen and (extra is True or extra == {} or extra is False):
+                continue
+            if chosen:
+                subs = [patterns[i][1] for i in chosen]
+                where = f"{pointer}/patternProperties/{_escape_token(patterns[chosen[0]][0])}"
+                sub = subs[0] if len(subs) == 1 else {"allOf": subs}
+            else:
+                sub, where = extra, f"{pointer}/additionalProperties"
+            try:
+                value = self.compile(sub, where, refs, depth + 1) if sub is not True and sub != {} \
+                    else self.any_value(FREE_FORM_DEPTH - 1)
+            except UnsupportedConstruct as exc:
+                if not is_unsatisfiable(exc):
+                    raise
+                continue  # keys of this kind have no value: none is emitted
+            missed = [regexes[i] for i in range(len(patterns)) if i not in chosen]
+            prefix = "".join(f"(?={regexes[i]})" for i in chosen)
+            if missed:
+                prefix += ascii_key + "".join(f"(?!{r})" for r in missed)
+            kinds.append((prefix, value))
+        return kinds
+
+    def free_members(self, value: "str | list[tuple[str, str]]", lo: int, hi: int | None,
+                     groups: "int | None | str" = "auto", pointer: str = "") -> str:
         """Comma-separated free-key members (``lo`` <= 1 .. ``hi``) whose keys never repeat (see maps.py).
 
-        ``groups``: the letter groups of the key slots; ``None``: at most one
-        member (free-form objects: a slot per key would multiply their
-        automaton, already the largest part of a ``{}`` schema).
+        ``value``: the value regex, or (key lookaheads, value regex) kinds,
+        one of which each member takes.  ``groups``: the letter groups of the
+        key slots; ``None``: at most one member (free-form objects: a slot per
+        key would multiply their automaton, already the largest part of a
+        ``{}`` schema).
         """
-        slots = maps.choose_slots(len(value), hi) if groups == "auto" else None if groups is None else (groups, True)
+        kinds = [("", value)] if isinstance(value, str) else value
+        # Slots multiply the values; a key's lookaheads are small automata of their own, so
+        # only the values count toward the map's share.
+        size = sum(len(v) for _, v in kinds)
+        slots = maps.choose_slots(size, hi) if groups == "auto" else None if groups is None else (groups, True)
+
+        def member(key: str) -> str:
+            return _alternation([prefix + key + self.colon + v for prefix, v in kinds])
+
         if hi == 1 or slots is None:
-            member = self.string + self.colon + value
-            return member if lo else _group(member) + "?"
+            m = member(self.string)
+            return m if lo else _group(m) + "?"
         classes = maps.slot_classes(slots[0], self.key_first, slots[1])  # type: ignore[arg-type]
         escapes = json_char_regex(cs.union(NOT_RAW, escaped_set(self.escaped)), self.escaped)
-        members = [maps.key_regex(c, self.json_char, escapes if i == len(classes) - 1 else None) + self.colon + value
+        members = [member(maps.key_regex(c, self.json_char, escapes if i == len(classes) - 1 else None))
                    for i, c in enumerate(classes)]
-        self.note(pointer, "additionalProperties", value, 2 * len(members))
+        self.note(pointer, "additionalProperties" if isinstance(value, str) else "patternProperties",
+                  _alternation([v for _, v in kinds]), 2 * len(members))
         return maps.ordered_members(members, self.comma, lo >= 1)
 
     # arrays
@@ -881,8 +1024,15 @@ class SchemaCompiler:
         more_lo = lo - n_prefix
         more_hi = None if hi is None else hi - n_prefix
         body = self.comma.join(parts)
+        element = None
         if more_hi != 0:
-            element = self.any_value(FREE_FORM_DEPTH - 1) if rest is True or rest == {} else self.compile(rest, rest_where, refs, depth + 1)
+            try:
+                element = self.any_value(FREE_FORM_DEPTH - 1) if rest is True or rest == {} else self.compile(rest, rest_where, refs, depth + 1)
+            except UnsupportedConstruct as exc:
+                if more_lo > 0 or not is_unsatisfiable(exc):
+                    raise
+                # no value fits a further item: the array ends after its tuple part
+        if element is not None:
             if more_hi is not None and more_hi > 1:
                 self.note(pointer, "maxItems", element, counted_copies(element, more_lo, more_hi))
             if parts:
@@ -901,8 +1051,10 @@ class SchemaCompiler:
         pattern = schema.get("pattern")
         if fmt is not None and not isinstance(fmt, str):
             raise bad_value("format", pointer, "a string", fmt)
-        if pattern is not None and not isinstance(pattern, str):
+        patterns = list(pattern) if isinstance(pattern, AllPatterns) else [] if pattern is None else [pattern]
+        if not all(isinstance(p, str) for p in patterns):
             raise bad_value("pattern", pointer, "a string", pattern)
+        main: str | None = None  # the content that spells the string; the other parts become lookaheads
         if fmt is not None:
             try:
                 built = format_regex(fmt, self.escaped, hi)
@@ -910,28 +1062,29 @@ class SchemaCompiler:
                 raise refusal("maxLength", pointer, f"format {fmt!r} with maxLength={hi}: {exc}") from None
             if built is None:
                 raise refusal("format", pointer, f"format {fmt!r} is not supported (supported: {', '.join(sorted(FORMATS))})")
-            content, fmin, fmax = built
-            self.note(pointer, "format", content, 1)
-            if fmt not in ("json-pointer", "relative-json-pointer") and any(c in content for c in self.escaped):
+            main, cmin, cmax = built
+            self.note(pointer, "format", main, 1)
+            if fmt not in ("json-pointer", "relative-json-pointer") and any(c in main for c in self.escaped):
                 raise refusal("format", pointer, f"format {fmt!r} cannot be used where {self.escaped!r} must be escaped")
-            if pattern is not None:
-                # Both hold: the pattern as a lookahead up to the closing quote
-                # (an exact intersection; the format's text has one spelling).
-                translated = self._pattern(pattern, pointer)
-                content = f'(?={translated.regex}")' + content
-                fmin, fmax = max(fmin, translated.min_len), _min_len(fmax, translated.max_len)
-            content = self._with_lengths(content, lo, hi, fmin, fmax, pointer)
-        elif pattern is not None:
-            translated = self._pattern(pattern, pointer)
-            content = translated.regex
-            self.note(pointer, "pattern", content, 1)
-            content = self._with_lengths(content, lo, hi, translated.min_len, translated.max_len, pointer)
-        else:
+        translated = [self._pattern(p, pointer) for p in patterns]
+        if main is None and translated:
+            last = translated.pop()
+            main, cmin, cmax = last.regex, last.min_len, last.max_len
+            self.note(pointer, "pattern", main, 1)
+        if main is None:
             content = _repeat(self.json_char, lo, hi)
             if hi is not None:
                 self.note(pointer, "maxLength", self.json_char, counted_copies(self.json_char, lo, hi))
             elif lo > 1:
                 self.note(pointer, "minLength", self.json_char, lo)
+        else:
+            # Every other pattern (a format's text has one spelling; several
+            # patterns come from allOf) as a lookahead up to the closing
+            # quote: an exact intersection.
+            for t in translated:
+                main = f'(?={t.regex}")' + main
+                cmin, cmax = max(cmin, t.min_len), _min_len(cmax, t.max_len)
+            content = self._with_lengths(main, lo, hi, cmin, cmax, pointer)
         return self.check(f'"{content}"', pointer)
 
     def _pattern(self, pattern: str, pointer: str) -> Any:
@@ -1208,8 +1361,27 @@ def schema_to_regex(schema: dict | bool | str, limits: Limits, escaped: str = ""
     return compile_schema(schema, limits, escaped)[0]
 
 
-def compile_schema(schema: dict | bool | str, limits: Limits, escaped: str = "") -> tuple[str, SchemaCompiler]:
-    """The regex and the compiler that built it (its ``largest_parts`` explain a budget refusal)."""
+def compile_schema(schema: dict | bool | str, limits: Limits, escaped: str = "",
+                   recursion: "int | None" = None) -> tuple[str, SchemaCompiler]:
+    """The regex and the compiler that built it (its ``largest_parts`` explain a budget refusal).
+
+    ``recursion``: how many levels a recursive ``$ref`` is unrolled to; by
+    default the deepest of ``RECURSION_DEPTHS`` whose regex fits
+    ``max_schema_regex_bytes`` (callers that build the automaton retry
+    shallower depths themselves when it passes ``max_automaton_bytes``).
+    """
+    if recursion is not None:
+        return _compile_schema(schema, limits, escaped, recursion)
+    for i, levels in enumerate(RECURSION_DEPTHS):
+        try:
+            return _compile_schema(schema, limits, escaped, levels)
+        except LimitExceeded as exc:
+            if not getattr(exc, "recursion_cut", False) or i == len(RECURSION_DEPTHS) - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _compile_schema(schema: dict | bool | str, limits: Limits, escaped: str, recursion: int) -> tuple[str, SchemaCompiler]:
     root = parse_schema(schema, limits)
     whitespace = WS
     if isinstance(root, dict) and WHITESPACE_KEY in root:
@@ -1217,8 +1389,12 @@ def compile_schema(schema: dict | bool | str, limits: Limits, escaped: str = "")
             whitespace = check_whitespace_pattern(root[WHITESPACE_KEY])
         except PootError as exc:
             raise type(exc)(f"whitespace_pattern {exc.message}") from None
-    compiler = SchemaCompiler(root, limits, escaped, whitespace)
+    compiler = SchemaCompiler(root, limits, escaped, whitespace, recursion)
     try:
-        return compiler.compile(root), compiler
+        # The root counts as entered once, like a $ref target, when "#" refers back to it.
+        return compiler.compile(root, "", ("",) if "" in compiler.cyclic else ()), compiler
     except RecursionError:
         raise refusal("<nesting>", "", "the schema is nested too deeply") from None
+    except LimitExceeded as exc:
+        exc.recursion_cut = compiler.recursion_cut or compiler.cyclic  # type: ignore[attr-defined]
+        raise

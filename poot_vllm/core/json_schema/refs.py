@@ -52,3 +52,55 @@ def resolve_pointer(root: Any, pointer: str, where: str) -> Any:
         else:
             raise ConstraintSyntaxError(f"'$ref' at {where} points to '#{pointer}', which does not exist in the schema")
     return node
+
+
+def _refs_in(node: Any, out: list[str]) -> None:
+    """Every local ``$ref`` string in ``node``'s subtree (iterative: schemas may nest deeply)."""
+    stack = [node]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            ref = node.get("$ref")
+            if isinstance(ref, str) and ref.startswith("#"):
+                out.append(unquote(ref[1:]))
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+
+
+def cyclic_targets(root: Any) -> tuple[str, ...]:
+    """The pointers of the schemas that can reach themselves through ``$ref``
+    (a tree node, a linked list, a JSON-like value union), sorted.
+
+    An over-approximation is harmless (the compiler only keys its cache finer);
+    references that name nothing are left for the compiler to report.
+    """
+    edges: dict[str, list[str]] = {}
+    todo = [""]
+    while todo:
+        target = todo.pop()
+        if target in edges:
+            continue
+        try:
+            node = resolve_pointer(root, target, "")
+        except ConstraintSyntaxError:
+            edges[target] = []
+            continue
+        found: list[str] = []
+        _refs_in(node, found)
+        edges[target] = sorted(set(found))
+        todo.extend(t for t in edges[target] if t not in edges)
+    cyclic = []
+    for start in edges:
+        seen: set[str] = set()
+        stack = list(edges[start])
+        while stack:
+            t = stack.pop()
+            if t == start:
+                cyclic.append(start)
+                break
+            if t in seen:
+                continue
+            seen.add(t)
+            stack.extend(edges.get(t, ()))
+    return tuple(sorted(cyclic))

@@ -36,7 +36,8 @@ from poot_vllm.core.errors import ConstraintSyntaxError, LimitExceeded, PootErro
 from poot_vllm.core.limits import DEFAULT_LIMITS, Limits
 from poot_vllm.core.regex.parser import parse
 from poot_vllm.core.tool_calls.codecs import Codec, get_codec
-from poot_vllm.core.json_schema import canonical_schema_text, schema_to_regex
+from poot_vllm.core.json_schema import RECURSION_DEPTHS, canonical_schema_text, schema_to_regex
+from poot_vllm.core.json_schema.refs import cyclic_targets
 
 SPEC_VERSION = 1
 #: Keywords that describe a schema without constraining it.
@@ -86,11 +87,12 @@ def _parse_spec(spec: str) -> dict:
     return payload
 
 
-def arguments_regex(parameters: Any, limits: Limits, escaped: str = "") -> str:
-    """The regex of a tool's arguments (``escaped``: characters spelled only as ``\\u`` escapes in strings)."""
+def arguments_regex(parameters: Any, limits: Limits, escaped: str = "", recursion: int | None = None) -> str:
+    """The regex of a tool's arguments (``escaped``: characters spelled only as ``\\u`` escapes in strings;
+    ``recursion``: the levels a recursive ``$ref`` is unrolled to, see json_schema.RECURSION_DEPTHS)."""
     if parameters is None:
         return regex_escape("{}")
-    return schema_to_regex(parameters, limits, escaped=escaped)
+    return schema_to_regex(parameters, limits, escaped=escaped, recursion=recursion)
 
 
 def _forcing_codec(payload: dict) -> Codec:
@@ -100,8 +102,8 @@ def _forcing_codec(payload: dict) -> Codec:
     return codec
 
 
-def call_regex(spec: str, limits: Limits = DEFAULT_LIMITS) -> str:
-    """The poot regex of exactly one call to one of the payload's tools."""
+def call_regex(spec: str, limits: Limits = DEFAULT_LIMITS, recursion: int | None = None) -> str:
+    """The poot regex of exactly one call to one of the payload's tools (``recursion``: see arguments_regex)."""
     payload = _parse_spec(spec)
     codec = _forcing_codec(payload)
     # The bound is checked as each tool's part is built, so a flood of tools
@@ -115,7 +117,7 @@ def call_regex(spec: str, limits: Limits = DEFAULT_LIMITS) -> str:
                 raise PootError(f"tool {name!r}: a tool name cannot contain {marker!r}, "
                                 "which would end the call for the model's tool parser")
         try:
-            args = arguments_regex(tool.get("parameters"), limits, codec.escaped_in_arguments)
+            args = arguments_regex(tool.get("parameters"), limits, codec.escaped_in_arguments, recursion)
         except PootError as exc:
             exc.message = f"tool {name!r}: {exc.message}"  # which tool's schema, for the 400
             raise
@@ -152,13 +154,22 @@ def compile_tool_call_constraint(spec: str, limits: Limits = DEFAULT_LIMITS) -> 
     """
     payload = _parse_spec(spec)
     codec = _forcing_codec(payload)
-    budget = Budget(limits.max_automaton_bytes)
+    # Recursive parameters are unrolled to the deepest level whose automaton fits (as for response_format).
+    recursive = any(isinstance(t.get("parameters"), dict) and cyclic_targets(t["parameters"]) for t in payload["tools"])
+    depths = RECURSION_DEPTHS if recursive else (None,)
     try:
-        dfa = regex_tree_to_dfa(parse(call_regex(spec, limits)), budget)
-        if payload.get("parallel"):
-            dfa = repeat_with_separator(dfa, codec.separator.encode("utf-8"), budget)
-        if codec.prefix or codec.suffix:
-            dfa = wrap_literals(dfa, codec.prefix.encode("utf-8"), codec.suffix.encode("utf-8"), budget)
+        for i, levels in enumerate(depths):
+            budget = Budget(limits.max_automaton_bytes)
+            try:
+                dfa = regex_tree_to_dfa(parse(call_regex(spec, limits, levels)), budget)
+                if payload.get("parallel"):
+                    dfa = repeat_with_separator(dfa, codec.separator.encode("utf-8"), budget)
+                if codec.prefix or codec.suffix:
+                    dfa = wrap_literals(dfa, codec.prefix.encode("utf-8"), codec.suffix.encode("utf-8"), budget)
+                break
+            except LimitExceeded:
+                if i == len(depths) - 1:
+                    raise
     except LimitExceeded as exc:
         explained = largest_tool_parts(spec, limits)
         if not explained or getattr(exc, "what", None) is None:
