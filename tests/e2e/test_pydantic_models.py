@@ -128,3 +128,23 @@ def test_recursive_model_through_openai_parse_and_as_a_named_tool(served):
     for c in r.choices:
         assert c.finish_reason in ("stop", "tool_calls") and c.message.tool_calls and len(c.message.tool_calls) == 1, c
         TreeNode.model_validate_json(c.message.tool_calls[0].function.arguments)
+
+
+def test_overlapping_one_of_and_not_match_exactly_one_branch(served):
+    """An overlapping oneOf (each branch minus the other) and a 'not' through response_format:
+    every reply validates with jsonschema, so it matches exactly one branch and fails 'not'."""
+    import jsonschema
+
+    server, client = served
+    schema = {"type": "object", "required": ["n", "role", "tag"], "additionalProperties": False, "properties": {
+        "n": {"oneOf": [{"type": "integer", "minimum": 0, "maximum": 9}, {"type": "integer", "minimum": 5, "maximum": 14}]},
+        "role": {"type": "string", "maxLength": 5, "not": {"enum": ["admin", "root"]}},
+        "tag": {"oneOf": [{"type": "string", "maxLength": 3}, {"type": "string", "pattern": "^a", "maxLength": 5}]}}}
+    rf = {"type": "json_schema", "json_schema": {"name": "Diff", "schema": schema}}
+    r = client.chat.completions.create(model=server.model, messages=[{"role": "user", "content": "x"}],
+                                       max_tokens=200, n=4, response_format=rf)
+    for c in r.choices:
+        assert c.finish_reason == "stop", c
+        value = json.loads(c.message.content)
+        jsonschema.validate(value, schema)
+        assert not 5 <= value["n"] <= 9

@@ -25,6 +25,7 @@ from poot_vllm.core.errors import ConstraintSyntaxError, LimitExceeded, PootErro
 from poot_vllm.core.json_schema import decimals
 from poot_vllm.core.json_schema.formats import FORMATS, format_regex
 from poot_vllm.core.json_schema import maps
+from poot_vllm.core.json_schema.negation import Negator
 from poot_vllm.core.json_schema.patterns import PatternError, translate_pattern
 from poot_vllm.core.json_schema.ranges import integer_range_regex
 from poot_vllm.core.json_schema.refs import cyclic_targets, ref_to_pointer, resolve_pointer
@@ -72,10 +73,9 @@ OBJECT_KW = frozenset("properties patternProperties required additionalPropertie
 ARRAY_KW = frozenset("items prefixItems additionalItems minItems maxItems uniqueItems".split())
 STRING_KW = frozenset("minLength maxLength pattern format".split())
 NUMBER_KW = frozenset("minimum maximum exclusiveMinimum exclusiveMaximum multipleOf".split())
-COMBINATORS = frozenset("$ref allOf anyOf oneOf enum const type".split())
+COMBINATORS = frozenset("$ref allOf anyOf oneOf not enum const type".split())
 #: Keywords that constrain values but that poot cannot enforce exactly, and why.
 REFUSED_ANY_TYPE = {
-    "not": "negation is not expressible as a finite set of spellings",
     "then": "conditional schemas (if/then/else) are not supported",
     "else": "conditional schemas (if/then/else) are not supported",
     "$dynamicRef": "dynamic references are not supported",
@@ -245,6 +245,7 @@ class SchemaCompiler:
         self.key_first = cs.subtract(cs.subtract(cs.complement(NOT_RAW), ((0xD800, 0xDFFF),)), escaped_set(self.escaped))
         self.ref_cache: dict[Any, str] = {}
         self._any_cache: dict[int, str] = {}
+        self.pattern_cache: dict[str, Any] = {}
         #: (pointer, keyword, regex, copies) of every counted repetition and other large part, for
         #: explaining an automaton over its budget (largest_parts); regexes are shared, not copied
         self.parts: list[tuple[str, str, str, int]] = []
@@ -340,6 +341,8 @@ class SchemaCompiler:
         if "$ref" in schema or "allOf" in schema:
             merged, followed = self.flatten(schema, pointer, refs)
             return self.compile(merged, pointer, refs + followed, depth + 1)
+        if "not" in schema:
+            return self._compile_not(schema, pointer, refs, depth)
         for comb in ("anyOf", "oneOf"):
             if comb in schema:
                 return self._compile_alternatives(schema, comb, pointer, refs, depth)
@@ -447,6 +450,10 @@ class SchemaCompiler:
                 out[k] = {"allOf": [va, vb]}
             elif json.dumps(va, sort_keys=True) == json.dumps(vb, sort_keys=True):
                 out[k] = va
+            elif k == "not":
+                # failing both A and B is failing (A or B); flat, however many are merged
+                out[k] = {"anyOf": [x for v in (va, vb) for x in
+                                    (v["anyOf"] if isinstance(v, dict) and set(v) == {"anyOf"} else [v])]}
             elif k == "pattern" and all(isinstance(v, (str, AllPatterns)) for v in (va, vb)):
                 out[k] = AllPatterns.of(va, vb)  # every pattern must match: an intersection (_compile_string)
             else:
@@ -492,6 +499,7 @@ class SchemaCompiler:
         # matches nothing, so it cannot make a value match twice).
         alts: list[str] = []
         kept: list[tuple[Any, str, tuple[str, ...]]] = []
+        compiled: list[str | None] = []  # per kept branch (None: no value among poot's spellings)
         empties: list[UnsupportedConstruct] = []
         for branch, where, followed in flat:
             if branch is False:
@@ -499,6 +507,7 @@ class SchemaCompiler:
                 continue
             try:
                 alts.append(self.compile(branch, where, refs + followed, depth + 1))
+                compiled.append(alts[-1])
             except UnsupportedConstruct as exc:
                 if not is_unsatisfiable(exc):
                     raise
@@ -507,14 +516,82 @@ class SchemaCompiler:
                     continue
                 # Empty only among poot's spellings: valid values may still match it, so
                 # oneOf's disjointness must still hold against it.
+                compiled.append(None)
             kept.append((branch, where, followed))
         if not alts:
             reasons = "; ".join(f"{getattr(e, 'pointer', '?')}: {str(e).split(': ', 1)[-1]}" for e in empties)
             raise unsatisfiable(comb, pointer, f"no branch can produce a value ({reasons})",
                                 exact=all(getattr(e, "exact", False) for e in empties))
         if comb == "oneOf":
-            self._check_disjoint(kept, pointer, refs)
+            overlaps = self._overlaps(kept, refs)
+            if any(overlaps):
+                alts = self._one_of_differences(kept, compiled, overlaps, pointer, refs, depth)
         return self.check(_alternation(alts), pointer)
+
+    def _one_of_differences(self, kept: list[tuple[Any, str, tuple[str, ...]]], compiled: list[str | None],
+                            overlaps: list[list[int]], pointer: str, refs: tuple[str, ...], depth: int) -> list[str]:
+        """``oneOf`` whose branches may share values: each branch minus the branches it may
+        overlap (``A and not B``, see negation.py), so no emitted value matches two."""
+        alts: list[str] = []
+        for i, (branch, where, followed) in enumerate(kept):
+            if compiled[i] is None:
+                continue
+            if not overlaps[i]:
+                alts.append(compiled[i])  # type: ignore[arg-type]
+                continue
+            others = [kept[j] for j in overlaps[i]]
+            diff = {"allOf": [branch] + [{"not": b} for b, _, _ in others]}
+            try:
+                alts.append(self.compile(diff, where, refs + followed + sum((f for _, _, f in others), ()), depth + 1))
+            except UnsupportedConstruct as exc:
+                if not is_unsatisfiable(exc):
+                    raise
+        if not alts:
+            i = next(i for i, o in enumerate(overlaps) if o)
+            a, b = (kept[k][1].rsplit("/", 1)[-1] for k in (i, overlaps[i][0]))
+            raise unsatisfiable("oneOf", pointer, f"branches {a} and {b} overlap and poot can write no value that "
+                                "matches exactly one branch; make the branches disjoint or use anyOf", exact=False)
+        return alts
+
+    def _overlaps(self, kept: list[tuple[Any, str, tuple[str, ...]]], refs: tuple[str, ...]) -> list[list[int]]:
+        """Per branch, the other branches it may share a value with (not provably disjoint)."""
+        out: list[list[int]] = [[] for _ in kept]
+        for i in range(len(kept)):
+            for j in range(i + 1, len(kept)):
+                if not self._disjoint(kept[i][0], kept[j][0], refs + kept[i][2] + kept[j][2]):
+                    out[i].append(j)
+                    out[j].append(i)
+        return out
+
+    # -- not ------------------------------------------------------------------------
+    def _negator(self, refs: tuple[str, ...]) -> Negator:
+        return Negator(flatten=lambda s: self.flatten(s, "", refs)[0], merge=lambda a, b: self.merge(a, b, ""),
+                       disjoint=lambda a, b: self._disjoint(a, b, refs), constraining=self._constraining)
+
+    def _compile_not(self, schema: dict, pointer: str, refs: tuple[str, ...], depth: int) -> str:
+        """``not N``: the rest of the schema intersected with each piece of N's complement
+        (positive schemas, see negation.py); a piece poot cannot write is left out (a narrowing)."""
+        rest = {k: v for k, v in schema.items() if k != "not"}
+        neg = self._negator(refs).negate(schema["not"], context=rest)
+        alts: list[str] = []
+        skipped: list[UnsupportedConstruct] = []
+        for piece in neg.pieces:  # each already intersected with the rest
+            try:
+                merged, followed = self.flatten(piece, pointer, refs)
+                alts.append(self.compile(merged, pointer, refs + followed, depth + 1))
+                self.check_size(sum(map(len, alts)), pointer)  # refused as soon as the pieces pass it
+            except UnsupportedConstruct as exc:
+                skipped.append(exc)
+        if alts:
+            return self.check(_alternation(alts), pointer)
+        refused = [e for e in skipped if not is_unsatisfiable(e)]
+        if refused:
+            raise refused[0]  # the rest of the schema is what poot cannot build
+        exact = neg.exact and all(getattr(e, "exact", False) for e in skipped)
+        raise unsatisfiable("not", pointer, "no value poot can write fails the 'not' schema and satisfies the rest"
+                            + ("" if exact else " (poot writes the values failing 'format', 'multipleOf', 'items', "
+                               "non-integer numbers and a few more keywords as no value; see docs/json-schema.md)"),
+                            exact=exact)
 
     def _deref(self, schema: Any, refs: tuple[str, ...]) -> Any:
         """Follow plain ``$ref`` chains (a helper for checks; compile() reports ref errors)."""
@@ -578,18 +655,6 @@ class SchemaCompiler:
                     if xa is not None and xb is not None and not (xa & xb):
                         return True
         return False
-
-    def _check_disjoint(self, flat: list[tuple[Any, str, tuple[str, ...]]], pointer: str, refs: tuple[str, ...]) -> None:
-        for i in range(len(flat)):
-            for j in range(i + 1, len(flat)):
-                if not self._disjoint(flat[i][0], flat[j][0], refs + flat[i][2] + flat[j][2]):
-                    a, b = (flat[k][1].rsplit("/", 1)[-1] for k in (i, j))
-                    raise refusal(
-                        "oneOf",
-                        pointer,
-                        f"branches {a} and {b} may both match a value (which oneOf forbids); "
-                        "give them different types or a required property with different 'const' values, or use anyOf",
-                    )
 
     # -- enum / const ---------------------------------------------------------------
     def value_regex(self, value: Any, pointer: str) -> str:
@@ -1088,8 +1153,13 @@ class SchemaCompiler:
         return self.check(f'"{content}"', pointer)
 
     def _pattern(self, pattern: str, pointer: str) -> Any:
+        # Cached: 'not' and oneOf differences translate the same negated patterns once per piece.
+        if pattern in self.pattern_cache:
+            return self.pattern_cache[pattern]
         try:
-            return translate_pattern(pattern, lambda n: self.check_size(n, pointer), self.escaped)
+            out = translate_pattern(pattern, lambda n: self.check_size(n, pointer), self.escaped)
+            self.pattern_cache[pattern] = out
+            return out
         except PatternError as exc:
             if exc.unsupported:
                 raise refusal("pattern", pointer, f"{exc} (pattern {pattern!r})") from None

@@ -1,0 +1,78 @@
+"""The complement of a schema as positive pieces (negation.py), against jsonschema and Python's re."""
+
+from __future__ import annotations
+
+import re
+
+import jsonschema
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from poot_vllm.core.json_schema.compiler import SchemaCompiler
+from poot_vllm.core.json_schema.negation import not_pattern, pattern_escape
+from poot_vllm.core.limits import Limits
+
+PATTERNS = ["^a", "b$", "a|b", "^(ab)+$", "x.z", "^$", "[0-9]{2}", "(?i)^Q", "a\\.b", "^(?:c|dd)*$"]
+TEXTS = st.text(alphabet="abxzQq.0123\n", max_size=6)
+
+
+@settings(max_examples=300, deadline=None)
+@given(pattern=st.sampled_from(PATTERNS), text=TEXTS)
+def test_not_pattern_matches_exactly_what_the_pattern_does_not(pattern, text):
+    negated = not_pattern(pattern)
+    if negated is None:  # global flags: only allowed at the very start, so not negated
+        assert pattern.startswith("(?i)")
+        return
+    assert (re.search(negated, text) is not None) == (re.search(pattern, text) is None)
+
+
+@given(text=st.text(max_size=8))
+def test_pattern_escape_matches_the_text_itself(text):
+    assert re.fullmatch(pattern_escape(text), text)
+
+
+SCHEMAS = [
+    {"type": "string", "minLength": 2, "maxLength": 4},
+    {"type": "integer", "minimum": -3, "exclusiveMaximum": 7},
+    {"type": "number", "exclusiveMinimum": 0.5, "maximum": 2},
+    {"enum": ["a", 1, None, True, 2.5]},
+    {"const": "x"},
+    {"type": ["string", "null"], "pattern": "^a"},
+    {"type": "object", "required": ["a"], "properties": {"a": {"type": "number", "minimum": 0}, "b": {"type": "string"}}},
+    {"type": "array", "minItems": 1, "maxItems": 2},
+    {"anyOf": [{"type": "string", "maxLength": 1}, {"type": "integer", "maximum": 0}]},
+    {"not": {"type": "boolean"}},
+    {"minProperties": 1, "maxProperties": 1},
+    {"type": "integer"},
+    {"type": "string", "format": "date"},
+    {"type": "array", "items": {"type": "integer"}},
+    {"oneOf": [{"type": "integer", "minimum": 0}, {"type": "integer", "maximum": 5}]},
+]
+EXACT = {0, 2, 3, 4, 5, 6, 7, 9, 10}  # indices whose every keyword has a positive complement
+
+VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-6, 9) | st.sampled_from([0.25, 0.5, 1.5, 2.5, -0.5])
+    | st.text(alphabet="abx1-", max_size=5),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from(["a", "b", "c"]), inner, max_size=3),
+    max_leaves=5)
+
+
+def _pieces(schema):
+    compiler = SchemaCompiler(schema, Limits())
+    return compiler._negator(()).negate(schema)
+
+
+@pytest.mark.parametrize("index", range(len(SCHEMAS)))
+@settings(max_examples=150, deadline=None)
+@given(value=VALUES)
+def test_pieces_lie_outside_the_schema_and_cover_its_complement_when_exact(index, value):
+    schema = SCHEMAS[index]
+    neg = _pieces(schema)
+    assert neg.exact == (index in EXACT), neg
+    valid = jsonschema.Draft202012Validator(schema, format_checker=jsonschema.FormatChecker()).is_valid(value)
+    in_a_piece = any(jsonschema.Draft202012Validator(p).is_valid(value) for p in neg.pieces)
+    if in_a_piece:
+        assert not valid, (value, neg.pieces)  # sound: a piece never holds a valid value
+    elif neg.exact:
+        assert valid, (value, neg.pieces)  # exact: every invalid value is in a piece
