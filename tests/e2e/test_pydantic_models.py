@@ -130,16 +130,22 @@ def test_recursive_model_through_openai_parse_and_as_a_named_tool(served):
         TreeNode.model_validate_json(c.message.tool_calls[0].function.arguments)
 
 
-def test_overlapping_one_of_and_not_match_exactly_one_branch(served):
-    """An overlapping oneOf (each branch minus the other) and a 'not' through response_format:
-    every reply validates with jsonschema, so it matches exactly one branch and fails 'not'."""
+def test_overlapping_one_of_not_and_conditionals_validate(served):
+    """An overlapping oneOf (each branch minus the other), 'not', if/then/else and
+    dependentRequired through response_format: every reply validates with jsonschema, so it
+    matches exactly one branch, fails 'not' and honours the conditionals."""
     import jsonschema
 
     server, client = served
-    schema = {"type": "object", "required": ["n", "role", "tag"], "additionalProperties": False, "properties": {
+    schema = {"type": "object", "required": ["n", "role", "tag", "kind"], "additionalProperties": False, "properties": {
         "n": {"oneOf": [{"type": "integer", "minimum": 0, "maximum": 9}, {"type": "integer", "minimum": 5, "maximum": 14}]},
         "role": {"type": "string", "maxLength": 5, "not": {"enum": ["admin", "root"]}},
-        "tag": {"oneOf": [{"type": "string", "maxLength": 3}, {"type": "string", "pattern": "^a", "maxLength": 5}]}}}
+        "tag": {"oneOf": [{"type": "string", "maxLength": 3}, {"type": "string", "pattern": "^a", "maxLength": 5}]},
+        "kind": {"enum": ["card", "cash"]},
+        "card": {"type": "string", "pattern": "^[0-9]{4}$"},
+        "cvv": {"type": "string", "pattern": "^[0-9]{3}$"}},
+        "if": {"properties": {"kind": {"const": "card"}}}, "then": {"required": ["card"]},
+        "dependentRequired": {"card": ["cvv"]}}
     rf = {"type": "json_schema", "json_schema": {"name": "Diff", "schema": schema}}
     r = client.chat.completions.create(model=server.model, messages=[{"role": "user", "content": "x"}],
                                        max_tokens=200, n=4, response_format=rf)
@@ -148,3 +154,4 @@ def test_overlapping_one_of_and_not_match_exactly_one_branch(served):
         value = json.loads(c.message.content)
         jsonschema.validate(value, schema)
         assert not 5 <= value["n"] <= 9
+        assert value["kind"] != "card" or ("card" in value and "cvv" in value)

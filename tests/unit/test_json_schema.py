@@ -463,6 +463,21 @@ DIFFERENCES = [
     ({"type": "array", "items": {"type": "integer"}, "not": {"minItems": 2}, "maxItems": 3}, ["[]", "[1]"], ["[1,2]"]),
     ({"type": "boolean", "not": {"const": True}}, ["false"], ["true"]),
     ({"type": "string", "maxLength": 2, "not": {"not": {"pattern": "^x"}}}, ['"x"', '"xy"'], ['"y"', '""']),
+    # conditionals: if/then/else is anyOf [I and T, (not I) and E]; dependencies are nots
+    ({"type": "integer", "minimum": 0, "maximum": 9, "if": {"minimum": 5}, "then": {"multipleOf": 2}, "else": {"maximum": 2}},
+     ["0", "2", "6", "8"], ["3", "4", "5", "7", "9"]),
+    ({"type": "string", "maxLength": 3, "if": {"pattern": "^a"}, "then": {"minLength": 2}}, ['"ab"', '"b"', '""'], ['"a"']),
+    ({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "dependentRequired": {"a": ["b"]}},
+     ["{}", '{"b":1}', '{"a":1,"b":2}'], ['{"a":1}']),
+    ({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "boolean"}},
+      "dependencies": {"a": ["b"], "b": {"properties": {"a": {"minimum": 3}}}}},
+     ["{}", '{"b":true}', '{"a":3,"b":false}'], ['{"a":1}', '{"a":1,"b":true}']),
+    ({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+      "dependentSchemas": {"a": {"properties": {"b": {"maximum": 3}}}}}, ["{}", '{"b":9}', '{"a":1,"b":2}', '{"a":1}'],
+     ['{"a":1,"b":4}']),
+    # two anyOf meeting in allOf: every pair of branches
+    ({"anyOf": [{"type": "integer"}, {"type": "string", "maxLength": 2}],
+      "allOf": [{"anyOf": [{"type": "integer", "minimum": 3}, {"type": "string"}]}]}, ["3", '"a"'], ["1", '"abc"']),
 ]
 
 
@@ -679,12 +694,12 @@ def test_pattern_properties_without_listed_keys_emit_matching_free_keys():
     [
         ({"type": "object", "properties": {"tags": {"type": "array", "items": {"type": "array", "uniqueItems": True}}}}, "/properties/tags/items/uniqueItems"),
         ({"type": "string", "not": {"format": "email"}}, "/not"),
-        ({"if": {}, "then": {}}, "/then"),
+        ({"type": "object", "unevaluatedProperties": False}, "/unevaluatedProperties"),
         ({"type": "object", "patternProperties": {"a": {}, "b": {}, "c": {}, "d": {}}}, "/patternProperties"),
         ({"type": "integer", "multipleOf": 3}, "/multipleOf"),
         ({"type": "array", "contains": {}}, "/contains"),
         ({"type": "string", "format": "iri"}, "/format"),
-        ({"type": "object", "dependentRequired": {"a": ["b"]}}, "/dependentRequired"),
+        ({"type": "array", "items": {"$dynamicRef": "#meta"}}, "/items/$dynamicRef"),
         ({"type": "object", "propertyNames": {"format": "iri"}}, "/propertyNames/format"),
     ],
 )
@@ -701,6 +716,8 @@ def test_wrong_typed_keyword_values():
         schema_to_regex({"type": "strin"})
     with pytest.raises(PootError, match="'maxLength'"):
         schema_to_regex({"type": "string", "maxLength": -1})
+    with pytest.raises(PootError, match=r"'dependentRequired' at /dependentRequired"):
+        schema_to_regex({"type": "object", "dependentRequired": {"a": "b"}})
 
 
 def test_compile_json_schema_skips_the_user_regex_limit():

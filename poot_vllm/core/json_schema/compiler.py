@@ -74,18 +74,17 @@ ARRAY_KW = frozenset("items prefixItems additionalItems minItems maxItems unique
 STRING_KW = frozenset("minLength maxLength pattern format".split())
 NUMBER_KW = frozenset("minimum maximum exclusiveMinimum exclusiveMaximum multipleOf".split())
 COMBINATORS = frozenset("$ref allOf anyOf oneOf not enum const type".split())
+#: Conditionals, compiled as the combinators they abbreviate (SchemaCompiler._conditionals).
+CONDITIONALS = frozenset("if then else dependentRequired dependentSchemas dependencies".split())
+#: At most this many branches when two ``anyOf`` meet in ``allOf`` (each pair is a branch).
+MAX_ANYOF_PRODUCT = 64
 #: Keywords that constrain values but that poot cannot enforce exactly, and why.
 REFUSED_ANY_TYPE = {
-    "then": "conditional schemas (if/then/else) are not supported",
-    "else": "conditional schemas (if/then/else) are not supported",
     "$dynamicRef": "dynamic references are not supported",
     "$recursiveRef": "recursive references are not supported",
 }
 REFUSED_BY_TYPE = {
     "object": {
-        "dependentRequired": "conditional requirements are not supported",
-        "dependentSchemas": "conditional schemas are not supported",
-        "dependencies": "conditional requirements are not supported",
         "propertyNames": "constraints on property names are not supported",
         "unevaluatedProperties": "unevaluatedProperties is not supported; use additionalProperties",
     },
@@ -98,7 +97,7 @@ REFUSED_BY_TYPE = {
 }
 KNOWN = (
     ANNOTATIONS | OBJECT_KW | ARRAY_KW | STRING_KW | NUMBER_KW | COMBINATORS
-    | set(REFUSED_ANY_TYPE) | {"if"} | {k for d in REFUSED_BY_TYPE.values() for k in d}
+    | set(REFUSED_ANY_TYPE) | CONDITIONALS | {k for d in REFUSED_BY_TYPE.values() for k in d}
 )
 TYPE_ORDER = ("object", "array", "string", "integer", "number", "boolean", "null")
 TYPE_KEYWORDS = {"object": OBJECT_KW, "array": ARRAY_KW, "string": STRING_KW, "number": NUMBER_KW}
@@ -334,6 +333,8 @@ class SchemaCompiler:
         for kw, reason in REFUSED_ANY_TYPE.items():
             if kw in schema:
                 raise refusal(kw, pointer, reason)
+        if any(k in schema for k in ("then", "else", "dependentRequired", "dependentSchemas", "dependencies")):
+            return self.compile(self._conditionals(schema, pointer), pointer, refs, depth + 1)
         if "$ref" in schema:
             target = ref_to_pointer(schema["$ref"], f"{pointer}/$ref")
             if not self._constraining(schema, exclude=("$ref",)):
@@ -450,6 +451,8 @@ class SchemaCompiler:
                 out[k] = {"allOf": [va, vb]}
             elif json.dumps(va, sort_keys=True) == json.dumps(vb, sort_keys=True):
                 out[k] = va
+            elif k == "anyOf" and isinstance(va, list) and isinstance(vb, list) and len(va) * len(vb) <= MAX_ANYOF_PRODUCT:
+                out[k] = [{"allOf": [x, y]} for x in va for y in vb]  # (A1 or A2) and (B1 or B2): every pair
             elif k == "not":
                 # failing both A and B is failing (A or B); flat, however many are merged
                 out[k] = {"anyOf": [x for v in (va, vb) for x in
@@ -563,9 +566,51 @@ class SchemaCompiler:
                     out[j].append(i)
         return out
 
+    # -- conditionals ---------------------------------------------------------------
+    def _conditionals(self, schema: dict, pointer: str) -> Any:
+        """``schema`` with its conditionals written as the combinators they abbreviate (exact):
+
+        if I then T else E         anyOf: [I and T, (not I) and E]
+        dependentRequired a: [b]   not {object, a present, b absent}
+        dependentSchemas a: S      not {object, a present, not S}
+        dependencies (draft-04)    either of the two above, by the value's kind
+        """
+        rest = {k: v for k, v in schema.items() if k not in CONDITIONALS or k == "if" and not
+                ("then" in schema or "else" in schema)}
+        parts: list[Any] = []
+        if "then" in schema or "else" in schema:
+            if "if" in schema:  # then/else without if constrain nothing
+                cond = schema["if"]
+                parts.append({"anyOf": [{"allOf": [cond, schema.get("then", True)]},
+                                        {"allOf": [{"not": cond}, schema.get("else", True)]}]})
+        for kw in ("dependentRequired", "dependentSchemas", "dependencies"):
+            if kw not in schema:
+                continue
+            value = schema[kw]
+            if not isinstance(value, dict):
+                raise bad_value(kw, pointer, "an object", value)
+            for key, dep in value.items():
+                if isinstance(dep, list) and kw != "dependentSchemas":
+                    if not all(isinstance(d, str) for d in dep):
+                        raise bad_value(kw, pointer, "arrays of property names", dep)
+                    parts += [{"not": {"type": "object", "required": [key], "properties": {d: False}}} for d in dep]
+                elif isinstance(dep, (dict, bool)) and kw != "dependentRequired":
+                    parts.append({"not": {"type": "object", "required": [key], "not": dep}})
+                else:
+                    raise bad_value(kw, pointer, "property names" if kw == "dependentRequired" else "schemas", dep)
+        merged: Any = rest
+        for part in parts:
+            merged = self.merge(merged, part, pointer)
+        return merged
+
     # -- not ------------------------------------------------------------------------
     def _negator(self, refs: tuple[str, ...]) -> Negator:
-        return Negator(flatten=lambda s: self.flatten(s, "", refs)[0], merge=lambda a, b: self.merge(a, b, ""),
+        def flatten(schema: Any) -> Any:
+            if isinstance(schema, dict) and any(k in schema for k in CONDITIONALS if k != "if"):
+                schema = self._conditionals(schema, "")
+            return self.flatten(schema, "", refs)[0]
+
+        return Negator(flatten=flatten, merge=lambda a, b: self.merge(a, b, ""),
                        disjoint=lambda a, b: self._disjoint(a, b, refs), constraining=self._constraining)
 
     def _compile_not(self, schema: dict, pointer: str, refs: tuple[str, ...], depth: int) -> str:

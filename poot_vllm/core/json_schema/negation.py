@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Callable
 
+from poot_vllm.core.automata.compilers import regex_escape
 from poot_vllm.core.errors import PootError
 
 #: The seven JSON Schema types; ``integer`` values are ``number`` values too.
@@ -35,7 +36,6 @@ MAX_DEPTH = 6
 
 #: Keywords that constrain nothing on their own (annotations are dropped before).
 _NEUTRAL = frozenset(("$ref", "allOf", "$defs", "definitions", "if"))
-_REGEX_SPECIAL = set(".^$*+?{}[]\\|()")
 
 
 @dataclass
@@ -48,19 +48,6 @@ class Negation:
     def add(self, other: "Negation") -> None:
         self.pieces += other.pieces
         self.exact = self.exact and other.exact
-
-
-def pattern_escape(text: str) -> str:
-    """``text`` as a regex matching itself (only what poot's pattern translator needs escaped)."""
-    out = []
-    for ch in text:
-        if ch in _REGEX_SPECIAL:
-            out.append("\\" + ch)
-        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
-            out.append(f"\\x{ord(ch):02x}")
-        else:
-            out.append(ch)
-    return "".join(out)
 
 
 def not_pattern(pattern: str) -> str | None:
@@ -100,7 +87,7 @@ def _not_values(values: list[Any]) -> Negation:
     numbers = sorted({Fraction(v) for v in values if _is_number(v)})
     bools = {v for v in values if isinstance(v, bool)}
     if strings:
-        neg.pieces.append({"type": "string", "pattern": "^(?!(?:" + "|".join(map(pattern_escape, strings)) + ")\\Z)"})
+        neg.pieces.append({"type": "string", "pattern": "^(?!(?:" + "|".join(map(regex_escape, strings)) + ")\\Z)"})
     else:
         neg.pieces.append({"type": "string"})
     if numbers:
