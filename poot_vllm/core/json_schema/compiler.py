@@ -70,7 +70,7 @@ ANNOTATIONS = frozenset(
     $defs definitions""".split()
 )
 OBJECT_KW = frozenset("properties patternProperties required additionalProperties minProperties maxProperties".split())
-ARRAY_KW = frozenset("items prefixItems additionalItems minItems maxItems uniqueItems".split())
+ARRAY_KW = frozenset("items prefixItems additionalItems minItems maxItems uniqueItems contains minContains maxContains".split())
 STRING_KW = frozenset("minLength maxLength pattern format".split())
 NUMBER_KW = frozenset("minimum maximum exclusiveMinimum exclusiveMaximum multipleOf".split())
 COMBINATORS = frozenset("$ref allOf anyOf oneOf not enum const type".split())
@@ -89,9 +89,6 @@ REFUSED_BY_TYPE = {
         "unevaluatedProperties": "unevaluatedProperties is not supported; use additionalProperties",
     },
     "array": {
-        "contains": "'contains' is not supported",
-        "minContains": "'contains' is not supported",
-        "maxContains": "'contains' is not supported",
         "unevaluatedItems": "unevaluatedItems is not supported; use items",
     },
 }
@@ -1123,6 +1120,10 @@ class SchemaCompiler:
             rest, rest_where = items, f"{pointer}/items"
         if not isinstance(rest, (dict, bool)):
             raise bad_value("items", pointer, "a schema", rest)
+        if "contains" in schema:  # (minContains/maxContains without contains constrain nothing)
+            if prefix:
+                raise refusal("contains", pointer, "'contains' together with a tuple ('prefixItems') is not supported")
+            return self._compile_contains(schema, rest, rest_where, lo, hi, pointer, refs, depth)
         if rest is False:
             hi = len(prefix) if hi is None else min(hi, len(prefix))
         # Narrowing: the tuple part is always emitted in full (up to maxItems).
@@ -1149,6 +1150,47 @@ class SchemaCompiler:
                 body += _repeat(self.comma + element, more_lo, more_hi)
             else:
                 body = counted_list(element, more_lo, more_hi, self.comma)
+        return self.check("\\[" + body + "\\]", pointer)
+
+    def _compile_contains(self, schema: dict, item: Any, item_where: str, lo: int, hi: int | None, pointer: str,
+                          refs: tuple[str, ...], depth: int) -> str:
+        """``contains: C`` with ``minContains`` k .. ``maxContains`` m: every item is either
+        ``items and C`` (Y, counted) or ``items and not C`` (N, see negation.py), so the number
+        of matching items is exact: ``(N,)* Y (,N)* (,Y (,N)*){k-1,m-1}``; ``minItems``/``maxItems``
+        hold as a lookahead over the whole list."""
+        k = self._count(schema, "minContains", pointer)
+        k = 1 if k is None else k
+        m = _min_len(self._count(schema, "maxContains", pointer), hi)
+        if m is not None and k > m:
+            raise unsatisfiable("minContains", pointer, f"minContains={k} is above maxContains/maxItems={m}")
+
+        def part(sub: Any, where: str) -> str | None:
+            try:
+                return self.compile(sub, where, refs, depth + 1)
+            except UnsupportedConstruct as exc:
+                if not is_unsatisfiable(exc):
+                    raise
+                return None  # no item of this kind
+
+        contains = schema["contains"]
+        yes = part({"allOf": [item, contains]}, f"{pointer}/contains") if m != 0 else None
+        no = part({"allOf": [item, {"not": contains}]}, item_where)
+        if yes is None and k > 0:
+            raise unsatisfiable("contains", pointer, "no item satisfies both 'items' and 'contains'", exact=False)
+        c = self.comma
+        bodies = []
+        if k == 0:
+            bodies.append(_group(no + _repeat(c + no, 0, None)) + "?" if no is not None else "")
+        if yes is not None:
+            lead, tail = (_repeat(no + c, 0, None), _repeat(c + no, 0, None)) if no is not None else ("", "")
+            upper = None if m is None else m - 1
+            bodies.append(lead + yes + tail + _repeat(c + yes + tail, max(k - 1, 0), upper))
+            if m is not None and m > 1:
+                self.note(pointer, "maxContains", yes, counted_copies(yes, max(k - 1, 0), upper))
+        body = _alternation(bodies) if len(bodies) > 1 else bodies[0]
+        if lo > k or hi is not None:
+            anything = _alternation([r for r in (yes, no) if r is not None])
+            body = f"(?={counted_list(anything, lo, hi, c)}\\])" + body
         return self.check("\\[" + body + "\\]", pointer)
 
     # strings
