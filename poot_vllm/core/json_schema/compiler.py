@@ -86,10 +86,12 @@ REFUSED_ANY_TYPE = {
 REFUSED_BY_TYPE = {
     "object": {
         "propertyNames": "constraints on property names are not supported",
-        "unevaluatedProperties": "unevaluatedProperties is not supported; use additionalProperties",
+        "unevaluatedProperties": "unevaluatedProperties next to 'contains' or a dynamic reference is not "
+                                 "supported; use additionalProperties",
     },
     "array": {
-        "unevaluatedItems": "unevaluatedItems is not supported; use items",
+        "unevaluatedItems": "unevaluatedItems next to 'contains' or a dynamic reference is not supported; "
+                            "use items",
     },
 }
 KNOWN = (
@@ -192,6 +194,14 @@ class AllPatterns(tuple):
     @classmethod
     def of(cls, *values: "str | AllPatterns") -> "AllPatterns":
         return cls(dict.fromkeys(p for v in values for p in ((v,) if isinstance(v, str) else v)))
+
+
+def _both(x: Any, y: Any) -> Any:
+    """The schema of values valid for both ``x`` and ``y`` (an ``allOf``, or the one that constrains)."""
+    parts = [s for s in (x, y) if s is not True and s != {}]
+    if any(s is False for s in parts):
+        return False
+    return parts[0] if len(parts) == 1 else {"allOf": parts} if parts else {}
 
 
 def _min_len(a: int | None, b: int | None) -> int | None:
@@ -330,6 +340,11 @@ class SchemaCompiler:
         for kw, reason in REFUSED_ANY_TYPE.items():
             if kw in schema:
                 raise refusal(kw, pointer, reason)
+        if any(schema.get(k, True) is not True for k in ("unevaluatedProperties", "unevaluatedItems")):
+            static = self._unevaluated(schema, pointer, refs)
+            if static is not None:
+                merged, followed = static
+                return self.compile(merged, pointer, refs + followed, depth + 1)
         if any(k in schema for k in ("then", "else", "dependentRequired", "dependentSchemas", "dependencies")):
             return self.compile(self._conditionals(schema, pointer), pointer, refs, depth + 1)
         if "$ref" in schema:
@@ -388,7 +403,8 @@ class SchemaCompiler:
                 self.recursion_cut = True
                 raise unsatisfiable("$ref", pointer, f"the recursion through '#{target}' is unrolled to "
                                     f"{self.recursion} levels and no shallower value is possible here", exact=False)
-            sub, more = self.flatten(resolve_pointer(self.root, target, f"{pointer}/$ref"), target, refs + (target,))
+            sub, more = self.flatten(self._scoped(resolve_pointer(self.root, target, f"{pointer}/$ref"), target, refs),
+                                     target, refs + (target,))
             followed += (target,) + more
             parts.append(sub)
         if "allOf" in schema:
@@ -396,7 +412,8 @@ class SchemaCompiler:
             if not isinstance(subs, list) or not subs:
                 raise bad_value("allOf", pointer, "a non-empty array of schemas", subs)
             for i, sub in enumerate(subs):
-                flat, more = self.flatten(sub, f"{pointer}/allOf/{i}", refs + followed)
+                flat, more = self.flatten(self._scoped(sub, f"{pointer}/allOf/{i}", refs + followed),
+                                          f"{pointer}/allOf/{i}", refs + followed)
                 followed += more
                 parts.append(flat)
         merged: Any = True
@@ -416,8 +433,11 @@ class SchemaCompiler:
         keys = [k for k in dict.fromkeys([*a, *b]) if k not in ANNOTATIONS and k in KNOWN]
         if any(k in a or k in b for k in ("properties", "additionalProperties")):
             self._merge_objects(a, b, out)
+        handled = {"properties", "additionalProperties"}
+        if self._merge_arrays(a, b, out):
+            handled |= {"prefixItems", "items"}
         for k in keys:
-            if k in ("properties", "additionalProperties"):
+            if k in handled:
                 continue
             if k not in a or k not in b:
                 out[k] = a[k] if k in a else b[k]
@@ -467,16 +487,25 @@ class SchemaCompiler:
         if not isinstance(pa, dict) or not isinstance(pb, dict):
             return
         apa, apb = a.get("additionalProperties", True), b.get("additionalProperties", True)
-
-        def both(x: Any, y: Any) -> Any:
-            parts = [s for s in (x, y) if s is not True and s != {}]
-            if any(s is False for s in parts):
-                return False
-            return parts[0] if len(parts) == 1 else {"allOf": parts} if parts else {}
-
-        out["properties"] = {k: both(pa.get(k, apa), pb.get(k, apb)) for k in dict.fromkeys([*pa, *pb])}
+        out["properties"] = {k: _both(pa.get(k, apa), pb.get(k, apb)) for k in dict.fromkeys([*pa, *pb])}
         if "additionalProperties" in a or "additionalProperties" in b:
-            out["additionalProperties"] = both(apa, apb)
+            out["additionalProperties"] = _both(apa, apb)
+
+    @staticmethod
+    def _merge_arrays(a: dict, b: dict, out: dict) -> bool:
+        """Per-index merge when a side has ``prefixItems``: an index's schema on each side is its
+        ``prefixItems`` entry, else that side's ``items`` (which, without a tuple, covers every
+        index).  False (nothing done) without ``prefixItems`` or with draft-4 tuple ``items``."""
+        pa, pb = a.get("prefixItems", []), b.get("prefixItems", [])
+        ia, ib = a.get("items", True), b.get("items", True)
+        if not (pa or pb) or not isinstance(pa, list) or not isinstance(pb, list) or isinstance(ia, list) \
+                or isinstance(ib, list):
+            return False
+        out["prefixItems"] = [_both(pa[i] if i < len(pa) else ia, pb[i] if i < len(pb) else ib)
+                              for i in range(max(len(pa), len(pb)))]
+        if "items" in a or "items" in b:
+            out["items"] = _both(ia, ib)
+        return True
 
     # -- anyOf / oneOf ------------------------------------------------------------
     def _compile_alternatives(self, schema: dict, comb: str, pointer: str, refs: tuple[str, ...], depth: int) -> str:
@@ -485,13 +514,19 @@ class SchemaCompiler:
             raise bad_value(comb, pointer, "a non-empty array of schemas", branches)
         rest = {k: v for k, v in schema.items() if k != comb}
         constraining = self._constraining(rest)
+        uneval = {k: rest[k] for k in ("unevaluatedProperties", "unevaluatedItems") if rest.get(k, True) is not True}
+        unscoped = {k: v for k, v in rest.items() if k not in uneval}
         flat: list[tuple[Any, str, tuple[str, ...]]] = []
         for i, branch in enumerate(branches):
             where = f"{pointer}/{comb}/{i}"
             if not isinstance(branch, (dict, bool)):
                 raise ConstraintSyntaxError(f"the schema at {where} must be an object or a boolean, got {type(branch).__name__}")
             if constraining:
-                merged, followed = self.flatten({"allOf": [rest, branch]}, where, refs)
+                # The branch's own unevaluated* see only its keywords; the parent's see the branch's too.
+                branch = self._scoped(branch, where, refs)
+                merged, followed = self.flatten({"allOf": [unscoped, branch]}, where, refs)
+                if uneval and isinstance(merged, dict):
+                    merged = {**merged, **uneval}
                 flat.append((merged, where, followed))
             else:
                 flat.append((branch, where, ()))
@@ -562,6 +597,75 @@ class SchemaCompiler:
                     out[i].append(j)
                     out[j].append(i)
         return out
+
+    # -- unevaluatedProperties / unevaluatedItems -------------------------------------------
+    def _unevaluated(self, schema: dict, pointer: str, refs: tuple[str, ...]) -> tuple[Any, tuple[str, ...]] | None:
+        """``unevaluatedProperties``/``unevaluatedItems`` where what is evaluated is known
+        statically: no in-place ``anyOf``/``oneOf``/``if``/``dependentSchemas``/``contains``
+        (their annotations depend on the value) in the schema, its ``allOf`` members and
+        ``$ref`` targets.  Then the evaluated properties are those the merged schema lists
+        (``properties``, ``patternProperties``; all of them once a part has
+        ``additionalProperties`` or its own ``unevaluatedProperties``), the evaluated items the
+        tuple's (all once a part has ``items``), and ``unevaluated*`` is the merged schema's
+        ``additionalProperties``/``items``.  ``None`` when not static: an ``anyOf``/``oneOf``
+        (also from ``if``) then takes the keyword into each branch, where it is static again
+        (a value valid for one branch has only that branch's properties: a narrowing)."""
+        parts: list[dict] = []
+        seen: set[str] = set()
+
+        def walk(sub: Any) -> bool:
+            if not isinstance(sub, dict):
+                return True
+            if any(k in sub for k in ("anyOf", "oneOf", "then", "else", "dependentSchemas", "dependencies",
+                                      "contains", "$dynamicRef", "$recursiveRef")):
+                return False
+            parts.append(sub)
+            if "$ref" in sub:
+                try:
+                    target = ref_to_pointer(sub["$ref"], "")
+                    if target in seen:
+                        return False
+                    seen.add(target)
+                    if not walk(resolve_pointer(self.root, target, "")):
+                        return False
+                except PootError:
+                    return False
+            members = sub.get("allOf", [])
+            return isinstance(members, list) and all(walk(m) for m in members)
+
+        if not walk(schema):
+            return None
+        nested = parts[1:]
+        rest = {k: v for k, v in schema.items() if k not in ("unevaluatedProperties", "unevaluatedItems")}
+        merged, followed = self.flatten(rest, pointer, refs)  # nested unevaluated* are scoped there
+        if not isinstance(merged, dict):
+            return merged, followed
+        merged = dict(merged)
+        props_all = "additionalProperties" in schema or any(
+            "additionalProperties" in p or "unevaluatedProperties" in p for p in nested)
+        if schema.get("unevaluatedProperties", True) is not True and not props_all:
+            merged["additionalProperties"] = schema["unevaluatedProperties"]
+        items_all = any(("items" in p and not isinstance(p["items"], list)) or "additionalItems" in p
+                        for p in parts) or any("unevaluatedItems" in p for p in nested)
+        if schema.get("unevaluatedItems", True) is not True and not items_all:
+            tuple_form = isinstance(merged.get("items"), list)
+            merged["additionalItems" if tuple_form else "items"] = schema["unevaluatedItems"]
+        return merged, followed
+
+    def _scoped(self, schema: Any, pointer: str, refs: tuple[str, ...]) -> Any:
+        """A subschema about to be merged into another (an ``allOf`` member, a ``$ref`` target,
+        a branch taking its parent's keywords), its own ``unevaluated*`` resolved first: they see
+        only its own annotations, not the schema it is merged into."""
+        if not isinstance(schema, dict) or all(schema.get(k, True) is True for k in ("unevaluatedProperties",
+                                                                                      "unevaluatedItems")):
+            return schema
+        static = self._unevaluated(schema, pointer, refs)
+        if static is None:
+            kw = "unevaluatedProperties" if schema.get("unevaluatedProperties", True) is not True else "unevaluatedItems"
+            raise refusal(kw, pointer, f"{kw} in a subschema with anyOf/oneOf/if/dependentSchemas/contains "
+                          "of its own is not supported (its annotations depend on the value); "
+                          "use additionalProperties/items")
+        return static[0]
 
     # -- conditionals ---------------------------------------------------------------
     def _conditionals(self, schema: dict, pointer: str) -> Any:
@@ -777,7 +881,7 @@ class SchemaCompiler:
             for kw, reason in REFUSED_BY_TYPE.get(t, {}).items():
                 if kw == "propertyNames":
                     continue  # _compile_object: a finite set of names is supported
-                if kw in schema and not (kw == "unevaluatedProperties" and schema[kw] is True):
+                if kw in schema and not (kw in ("unevaluatedProperties", "unevaluatedItems") and schema[kw] is True):
                     raise refusal(kw, pointer, reason)
         alts = []
         empty: UnsupportedConstruct | None = None
