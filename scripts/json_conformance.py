@@ -118,6 +118,8 @@ def sample_dfa(dfa: Any, rng: random.Random, max_bytes: int = 4000) -> str | Non
             return None
         row = dfa.transitions[state]
         live = [b for b in range(256) if row[b] >= 0]
+        if not live and dfa.accepting[state]:
+            break  # a complete reply that cannot continue
         ascii_live = [b for b in live if b < 0x80]
         rng.shuffle(live)
         order = ([rng.choice(ascii_live)] if ascii_live and rng.random() < 0.8 else []) + live
@@ -168,6 +170,14 @@ def check_item(item: dict, samples: int = 4, seed: int = 0) -> dict:
         text = sample_dfa(dfa, rng) if dfa is not None else sample_regex(regex, rng)
         if text is None:
             continue
+        if dfa is None and "(?" in regex:
+            # The regex sampler ignores lookarounds: draw until a sample matches (or give up).
+            for _ in range(20):
+                if compiled.fullmatch(text):
+                    break
+                text = sample_regex(regex, rng)
+            else:
+                continue
         if not compiled.fullmatch(text):
             problems.append(f"sampler produced a non-match: {text[:80]!r}")
             continue

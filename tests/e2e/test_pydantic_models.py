@@ -15,8 +15,9 @@ from __future__ import annotations
 import datetime
 import ipaddress
 import json
-from typing import Annotated, Dict, List, Literal, Optional, Union
+from typing import Annotated, Dict, FrozenSet, List, Literal, Optional, Set, Union
 
+import jsonschema
 import openai
 import pytest
 from pydantic import AnyUrl, BaseModel, EmailStr, Field, StringConstraints, UrlConstraints
@@ -53,6 +54,12 @@ class Labels(BaseModel):
     name: Annotated[str, Field(max_length=20)]
 
 
+class Tags(BaseModel):
+    # Pydantic writes uniqueItems for sets: enum items each once, strings one per first character
+    colors: Set[Literal["red", "green", "blue"]]
+    names: FrozenSet[Annotated[str, Field(max_length=6)]]
+
+
 class TreeNode(BaseModel):
     # recursive: Pydantic writes {"$ref": "#/$defs/TreeNode"} inside its own $defs entry
     label: Annotated[str, Field(max_length=6)]
@@ -66,7 +73,7 @@ class Expr(BaseModel):
     right: Optional["Expr"] = None
 
 
-MODELS = [Contact, Network, Inventory, Order, Labels, TreeNode, Expr]
+MODELS = [Contact, Network, Inventory, Order, Labels, Tags, TreeNode, Expr]
 
 
 @pytest.fixture(scope="module", params=["spm_server", "bpe_server"])
@@ -85,6 +92,7 @@ def test_pydantic_model_replies_validate_with_pydantic(served, model):
     for c in r.choices:
         assert c.finish_reason == "stop", c
         model.model_validate_json(c.message.content)  # Pydantic itself: EmailStr, AnyUrl, IPv6Address, ...
+        jsonschema.validate(json.loads(c.message.content), rf["json_schema"]["schema"])  # uniqueItems too
         json.loads(c.message.content, object_pairs_hook=_no_repeated_keys)
 
 
@@ -132,18 +140,19 @@ def test_recursive_model_through_openai_parse_and_as_a_named_tool(served):
 
 def test_overlapping_one_of_not_and_conditionals_validate(served):
     """An overlapping oneOf (each branch minus the other), 'not', if/then/else and
-    dependentRequired through response_format: every reply validates with jsonschema, so it
-    matches exactly one branch, fails 'not' and honours the conditionals."""
-    import jsonschema
-
+    dependentRequired, contains and uniqueItems through response_format: every reply validates
+    with jsonschema, so it matches exactly one branch, fails 'not' and honours the conditionals."""
     server, client = served
-    schema = {"type": "object", "required": ["n", "role", "tag", "kind"], "additionalProperties": False, "properties": {
+    schema = {"type": "object", "required": ["n", "role", "tag", "kind", "picks", "uniq"], "additionalProperties": False, "properties": {
         "n": {"oneOf": [{"type": "integer", "minimum": 0, "maximum": 9}, {"type": "integer", "minimum": 5, "maximum": 14}]},
         "role": {"type": "string", "maxLength": 5, "not": {"enum": ["admin", "root"]}},
         "tag": {"oneOf": [{"type": "string", "maxLength": 3}, {"type": "string", "pattern": "^a", "maxLength": 5}]},
         "kind": {"enum": ["card", "cash"]},
         "card": {"type": "string", "pattern": "^[0-9]{4}$"},
-        "cvv": {"type": "string", "pattern": "^[0-9]{3}$"}},
+        "cvv": {"type": "string", "pattern": "^[0-9]{3}$"},
+        "picks": {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": 9},
+                  "contains": {"minimum": 5}, "maxContains": 2, "maxItems": 4},
+        "uniq": {"type": "array", "items": {"type": "string", "maxLength": 4}, "uniqueItems": True, "maxItems": 3}},
         "if": {"properties": {"kind": {"const": "card"}}}, "then": {"required": ["card"]},
         "dependentRequired": {"card": ["cvv"]}}
     rf = {"type": "json_schema", "json_schema": {"name": "Diff", "schema": schema}}

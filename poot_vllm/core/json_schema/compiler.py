@@ -295,7 +295,9 @@ class SchemaCompiler:
         advice = {"maxLength": "lower maxLength", "minLength": "lower minLength", "maxItems": "lower maxItems",
                   "additionalProperties": "list the keys in 'properties' or simplify the value",
                   "format": "drop the format or use a plain string", "pattern": "simplify the pattern",
-                  "multipleOf": "widen the step or narrow the range"}
+                  "multipleOf": "widen the step or narrow the range",
+                  "uniqueItems": "give the items a type or an enum, or drop uniqueItems",
+                  "maxContains": "lower maxContains", "patternProperties": "list the keys in 'properties'"}
         out = []
         for (pointer, keyword), weight in ranked:
             what = "the numeric range" if keyword in NUMBER_KW or keyword == "type" else keyword
@@ -1207,9 +1209,12 @@ class SchemaCompiler:
         unique = schema.get("uniqueItems", False)
         if not isinstance(unique, bool):
             raise bad_value("uniqueItems", pointer, "a boolean", unique)
-        if unique and (hi is None or hi > 1):
-            raise refusal("uniqueItems", pointer, "uniqueItems is only supported with maxItems <= 1")
         items = schema.get("items", True)
+        if unique and (hi is None or hi > 1):
+            if "prefixItems" in schema or isinstance(items, list) or "contains" in schema:
+                raise refusal("uniqueItems", pointer, "uniqueItems with a tuple ('prefixItems') or 'contains' is "
+                                                      "only supported with maxItems <= 1")
+            return self._compile_unique(items, f"{pointer}/items", lo, hi, pointer, refs, depth)
         prefix: list[Any] = []
         prefix_kw = "prefixItems"
         if "prefixItems" in schema:
@@ -1255,6 +1260,78 @@ class SchemaCompiler:
             else:
                 body = counted_list(element, more_lo, more_hi, self.comma)
         return self.check("\\[" + body + "\\]", pointer)
+
+    def _compile_unique(self, item: Any, item_where: str, lo: int, hi: int | None, pointer: str,
+                        refs: tuple[str, ...], depth: int) -> str:
+        """``uniqueItems: true``: items that can never be equal, narrowed exactly like free-key maps.
+
+        Items from a finite set (``enum``, ``const``, ``boolean``): each value at most once, in
+        sorted order.  Otherwise every item lies in the *slot* of its first character, slots in
+        a fixed order, one item per slot (see maps.py): strings by their first character (the
+        empty string, digits, letter groups, the rest), numbers by their sign or first digit
+        (poot writes no exponent, no leading zero but ``0.``, never ``-0``: numbers that differ
+        there differ in value), ``true``, ``false``, ``null``, one object, one array.  Items in
+        different slots differ, so no two are equal.  ``minItems``/``maxItems``: a lookahead."""
+        if item is False:
+            element = None
+        else:
+            element = self.any_value(FREE_FORM_DEPTH - 1) if item is True or item == {} else \
+                self.compile(item, item_where, refs, depth + 1)
+        members = self._unique_values(item, element, refs) if element is not None else []
+        if members is None:
+            members = self._unique_slots(item, element, refs)  # type: ignore[arg-type]
+        if hi == 0 or not members:
+            if lo > 0:
+                raise unsatisfiable("minItems", pointer, f"minItems={lo} but no item can be emitted", exact=element is None)
+            return "\\[\\]"
+        if lo > len(members):
+            raise unsatisfiable("uniqueItems", pointer, f"minItems={lo} needs more distinct items than the {len(members)} "
+                                "poot can tell apart here (see docs: uniqueItems)", exact=False)
+        body = maps.ordered_members(members, self.comma, lo >= 1)
+        if lo > 1 or (hi is not None and hi < len(members)):
+            body = f"(?={counted_list(element, lo, hi, self.comma)}\\])" + body  # type: ignore[arg-type]
+        self.note(pointer, "uniqueItems", element, 2 * len(members))  # type: ignore[arg-type]
+        return self.check("\\[" + body + "\\]", pointer)
+
+    def _unique_values(self, item: Any, element: str, refs: tuple[str, ...]) -> list[str] | None:
+        """The regexes of a finite item set's values poot emits (sorted, each once); None if not finite."""
+        from poot_vllm.core.automata.compilers import regex_matches
+
+        flat = self._deref(item, refs)
+        if not isinstance(flat, dict):
+            return None
+        if "enum" in flat or "const" in flat:
+            values = flat["enum"] if isinstance(flat.get("enum"), list) else [flat.get("const")]
+        elif self._semantic_types(flat, refs) <= {"boolean", "null"}:
+            values = [v for t, v in (("boolean", False), ("boolean", True), ("null", None))
+                      if t in self._semantic_types(flat, refs)]
+        else:
+            return None
+        distinct = {value_key(v): v for v in values}
+        texts = {k: json.dumps(v, ensure_ascii=False, sort_keys=True, separators=(",", ":")) for k, v in distinct.items()}
+        order = sorted(distinct, key=lambda k: texts[k])
+        spelled = [spell_escaped(texts[k], self.escaped).encode("utf-8", "surrogatepass") for k in order]
+        kept = [k for k, ok in zip(order, regex_matches(element, spelled, self.limits)) if ok]
+        return [self.value_regex(distinct[k], "") for k in kept]
+
+    def _unique_slots(self, item: Any, element: str, refs: tuple[str, ...]) -> list[str]:
+        """One member per first-character slot (lookahead + the item's regex), for the item's types."""
+        types = self._semantic_types(item, refs)
+        slots = maps.choose_slots(len(element), None)
+        prefixes: list[str] = []
+        if "string" in types:
+            if slots is None:
+                prefixes.append('(?=")')
+            else:
+                classes = maps.slot_classes(slots[0], self.key_first, slots[1])
+                escapes = json_char_regex(cs.union(NOT_RAW, escaped_set(self.escaped)), self.escaped)
+                prefixes += [f"(?={maps.key_regex(c, self.json_char, escapes if i == len(classes) - 1 else None)})"
+                             for i, c in enumerate(classes)]
+        if types & {"integer", "number"}:
+            prefixes += ["(?=-)", "(?=0)"] + ([f"(?={d})" for d in "123456789"] if slots is not None else ["(?=[1-9])"])
+        prefixes += [f"(?={lit})" for t, lit in (("boolean", "t"), ("boolean", "f"), ("null", "n"),
+                                                   ("object", "\\{"), ("array", "\\[")) if t in types]
+        return [prefix + element for prefix in prefixes]
 
     def _compile_contains(self, schema: dict, item: Any, item_where: str, lo: int, hi: int | None, pointer: str,
                           refs: tuple[str, ...], depth: int) -> str:
