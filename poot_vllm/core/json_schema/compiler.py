@@ -378,7 +378,7 @@ class SchemaCompiler:
             # Unrolled far enough: this path ends here; an optional property, an
             # array item, an anyOf branch holding it are left out (narrowing).
             self.recursion_cut = True
-            raise unsatisfiable("$ref", pointer, f"the recursion through '#{target}' is unrolled to {self.recursion} "
+            raise unsatisfiable("$ref", pointer, f"the recursive reference '#{target}' is unrolled to {self.recursion} "
                                 "levels and no shallower value is possible here; give the recursion a way to end "
                                 "(an optional property, an empty array or a null branch)", exact=False)
         # A target's regex depends on how often the cyclic targets were entered on this path.
@@ -403,7 +403,7 @@ class SchemaCompiler:
             target = ref_to_pointer(schema["$ref"], f"{pointer}/$ref")
             if (refs + followed).count(target) >= self.recursion:
                 self.recursion_cut = True
-                raise unsatisfiable("$ref", pointer, f"the recursion through '#{target}' is unrolled to "
+                raise unsatisfiable("$ref", pointer, f"the recursive reference '#{target}' is unrolled to "
                                     f"{self.recursion} levels and no shallower value is possible here", exact=False)
             sub, more = self.flatten(self._scoped(resolve_pointer(self.root, target, f"{pointer}/$ref"), target, refs),
                                      target, refs + (target,))
