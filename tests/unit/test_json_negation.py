@@ -78,3 +78,15 @@ def test_pieces_lie_outside_the_schema_and_cover_its_complement_when_exact(index
         assert not valid, (value, neg.pieces)  # sound: a piece never holds a valid value
     elif neg.exact:
         assert valid, (value, neg.pieces)  # exact: every invalid value is in a piece
+
+
+def test_a_complement_too_large_to_write_is_refused_naming_the_keyword():
+    """1,600 dependentRequired pairs become one 'not' whose complement has too many combinations:
+    a refusal after a bounded number of merges, not a slow build."""
+    from poot_vllm.core.errors import UnsupportedConstruct
+    from poot_vllm.core.json_schema import schema_to_regex
+
+    schema = {"type": "object",
+              "dependentRequired": {f"a{i}": [f"b{j}" for j in range(40)] for i in range(40)}}
+    with pytest.raises(UnsupportedConstruct, match=r"'not' at /not: writing the values that fail it takes more than"):
+        schema_to_regex(schema)

@@ -436,6 +436,12 @@ def test_oneof_with_a_discriminator_is_a_plain_alternation():
     samples_validate(schema)
     branches = schema_to_regex({"anyOf": schema["oneOf"]})
     assert schema_to_regex(schema) == branches  # provably disjoint: no difference to build
+    # the discriminator's enum narrowed in each branch of a parent's property (allOf after merging)
+    parent = {"type": "object", "properties": {"kind": {"type": "string", "enum": ["a", "b", "c"]}, "x": {"type": "integer"}},
+              "additionalProperties": False}
+    branches = [{"required": ["kind"], "properties": {"kind": {"enum": [k]}}} for k in "ab"]
+    assert schema_to_regex({**parent, "oneOf": branches}) == schema_to_regex({**parent, "anyOf": branches})
+    check_table({**parent, "oneOf": branches}, ['{"kind":"a"}', '{"kind":"b","x":1}'], ['{"kind":"c"}', "{}"])
 
 
 # (schema, accepted, rejected): overlapping oneOf is each branch minus the others (A and not B),

@@ -25,7 +25,7 @@ from poot_vllm.core.errors import ConstraintSyntaxError, LimitExceeded, PootErro
 from poot_vllm.core.json_schema import decimals
 from poot_vllm.core.json_schema.formats import FORMATS, format_regex
 from poot_vllm.core.json_schema import maps
-from poot_vllm.core.json_schema.negation import Negator
+from poot_vllm.core.json_schema.negation import NegationTooLarge, Negator
 from poot_vllm.core.json_schema.patterns import PatternError, translate_pattern
 from poot_vllm.core.json_schema.ranges import integer_range_regex
 from poot_vllm.core.json_schema.refs import cyclic_targets, ref_to_pointer, resolve_pointer
@@ -252,6 +252,8 @@ class SchemaCompiler:
         self.ref_cache: dict[Any, str] = {}
         self._any_cache: dict[int, str] = {}
         self.pattern_cache: dict[str, Any] = {}
+        #: steps taken by this compile's negations (negation.MAX_NEGATION_WORK bounds them)
+        self.negation_work = [0]
         #: (pointer, keyword, regex, copies) of every counted repetition and other large part, for
         #: explaining an automaton over its budget (largest_parts); regexes are shared, not copied
         self.parts: list[tuple[str, str, str, int]] = []
@@ -701,8 +703,11 @@ class SchemaCompiler:
                     parts.append({"not": {"type": "object", "required": [key], "not": dep}})
                 else:
                     raise bad_value(kw, pointer, "property names" if kw == "dependentRequired" else "schemas", dep)
+        # The nots as one 'not anyOf' (merging them one by one re-serializes a growing list).
+        nots = [p["not"] for p in parts if set(p) == {"not"}]
         merged: Any = rest
-        for part in parts:
+        for part in [p for p in parts if set(p) != {"not"}] + ([{"not": nots[0] if len(nots) == 1 else
+                                                                 {"anyOf": nots}}] if nots else []):
             merged = self.merge(merged, part, pointer)
         return merged
 
@@ -714,13 +719,18 @@ class SchemaCompiler:
             return self.flatten(schema, "", refs)[0]
 
         return Negator(flatten=flatten, merge=lambda a, b: self.merge(a, b, ""),
-                       disjoint=lambda a, b: self._disjoint(a, b, refs), constraining=self._constraining)
+                       disjoint=lambda a, b: self._disjoint(a, b, refs), constraining=self._constraining,
+                       work=self.negation_work)
 
     def _compile_not(self, schema: dict, pointer: str, refs: tuple[str, ...], depth: int) -> str:
         """``not N``: the rest of the schema intersected with each piece of N's complement
         (positive schemas, see negation.py); a piece poot cannot write is left out (a narrowing)."""
         rest = {k: v for k, v in schema.items() if k != "not"}
-        neg = self._negator(refs).negate(schema["not"], context=rest)
+        try:
+            neg = self._negator(refs).negate(schema["not"], context=rest)
+        except NegationTooLarge as exc:
+            raise refusal("not", pointer, f"{exc}; simplify the schema (poot also writes 'not' for an "
+                          "overlapping oneOf, if/else and dependentRequired/dependentSchemas)") from None
         alts: list[str] = []
         skipped: list[UnsupportedConstruct] = []
         for piece in neg.pieces:  # each already intersected with the rest
@@ -754,6 +764,14 @@ class SchemaCompiler:
             except PootError:
                 return schema  # compiling it reports the problem with its real pointer
         return schema
+
+    def _flat(self, schema: Any, refs: tuple[str, ...]) -> Any:
+        """``schema`` with its ``$ref``/``allOf`` merged (a property's schema after a parent's
+        keywords were merged into a branch); as it is when that is refused."""
+        try:
+            return self.flatten(schema, "", refs)[0]
+        except PootError:
+            return self._deref(schema, refs)
 
     def _semantic_types(self, schema: Any, refs: tuple[str, ...]) -> set[str]:
         """Types a schema accepts *by JSON Schema semantics* (not poot's narrowed output)."""
@@ -799,7 +817,7 @@ class SchemaCompiler:
             ra, rb = set(a.get("required", [])), set(b.get("required", []))
             if isinstance(pa, dict) and isinstance(pb, dict):
                 for key in ra & rb & set(pa) & set(pb):
-                    xa, xb = self._values(self._deref(pa[key], refs)), self._values(self._deref(pb[key], refs))
+                    xa, xb = self._values(self._flat(pa[key], refs)), self._values(self._flat(pb[key], refs))
                     if xa is not None and xb is not None and not (xa & xb):
                         return True
         return False

@@ -33,6 +33,16 @@ ALL_TYPES = ("array", "boolean", "integer", "null", "number", "object", "string"
 MAX_PIECES = 64
 #: Properties are negated this deep (``not {properties: {a: {properties: ...}}}``).
 MAX_DEPTH = 6
+#: Merges and flattenings one compile's negations may do in all (~4-30 us each): past it the
+#: schema is refused quickly (a ``dependentRequired`` of 1,600 pairs, hundreds of overlapping
+#: ``oneOf`` branches) instead of being built slowly.
+MAX_NEGATION_WORK = 100_000
+
+
+class NegationTooLarge(Exception):
+    """The complement needs more than :data:`MAX_NEGATION_WORK` steps to write (not a
+    :class:`PootError`, so the ``except PootError`` around each step lets it through; the
+    compiler turns it into a refusal naming the keyword)."""
 
 #: Keywords that constrain nothing on their own (annotations are dropped before).
 _NEUTRAL = frozenset(("$ref", "allOf", "$defs", "definitions", "if"))
@@ -123,16 +133,27 @@ class Negator:
 
     ``flatten``: the compiler's ``$ref``/``allOf`` inliner (schema -> merged
     schema); ``merge``: its intersection of two schemas; ``disjoint``: whether
-    two schemas provably share no value.  Each may raise :class:`PootError`,
-    which makes the negation give no piece for that part (inexact).
+    two schemas provably share no value; ``constraining``: the keywords of a
+    schema that constrain values; ``work``: a one-element step counter shared by
+    one compile's negations (:data:`MAX_NEGATION_WORK`).  Each callback may raise
+    :class:`PootError`, which makes the negation give no piece for that part
+    (inexact).
     """
 
     def __init__(self, flatten: Callable[[Any], Any], merge: Callable[[Any, Any], Any],
-                 disjoint: Callable[[Any, Any], bool], constraining: Callable[[dict], list[str]]):
+                 disjoint: Callable[[Any, Any], bool], constraining: Callable[[dict], list[str]],
+                 work: list[int] | None = None):
         self.flatten = flatten
         self.merge = merge
         self.disjoint = disjoint
         self.constraining = constraining
+        self.work = work if work is not None else [0]  # shared by every negation of one compile
+
+    def _step(self) -> None:
+        self.work[0] += 1
+        if self.work[0] > MAX_NEGATION_WORK:
+            raise NegationTooLarge(f"writing the values that fail it takes more than {MAX_NEGATION_WORK} schema "
+                                   "merges (many overlapping oneOf branches, dependencies or anyOf in a 'not')")
 
     def negate(self, schema: Any, depth: int = 0, context: Any = True) -> Negation:
         """Positive schemas whose union is the complement of ``schema`` (a subset if not ``exact``),
@@ -141,6 +162,7 @@ class Negator:
         if depth > MAX_DEPTH:
             return Negation(exact=False)
         try:
+            self._step()
             flat = self.flatten(schema)
         except PootError:
             return Negation(exact=False)
@@ -185,6 +207,7 @@ class Negator:
         if not isinstance(schema, dict) or depth > MAX_DEPTH:
             return False
         try:
+            self._step()
             flat = self.flatten(schema)
         except PootError:
             return False
@@ -216,6 +239,7 @@ class Negator:
         out = Negation(exact=neg.exact)
         for piece in neg.pieces:
             try:
+                self._step()
                 merged = self.merge(context, piece)
             except PootError:
                 out.exact = False  # no positive form for this intersection: left out
@@ -242,6 +266,7 @@ class Negator:
             for a in acc.pieces:
                 for b in sub.pieces:
                     try:
+                        self._step()
                         pieces.append(self.merge(a, b))
                     except PootError:
                         acc.exact = False  # this combination has no positive form here
