@@ -377,18 +377,21 @@ class SchemaCompiler:
 
     def _compile_ref(self, target: str, pointer: str, refs: tuple[str, ...], depth: int) -> str:
         if refs.count(target) >= self.recursion:
-            # Unrolled far enough: this path ends here; an optional property, an
-            # array item, an anyOf branch holding it are left out (narrowing).
-            self.recursion_cut = True
-            raise unsatisfiable("$ref", pointer, f"the recursive reference '#{target}' is unrolled to {self.recursion} "
-                                "levels and no shallower value is possible here; give the recursion a way to end "
-                                "(an optional property, an empty array or a null branch)", exact=False)
+            raise self._recursion_end(target, pointer)
         # A target's regex depends on how often the cyclic targets were entered on this path.
         key = (target, tuple(refs.count(t) for t in self.cyclic)) if self.cyclic else target
         if key not in self.ref_cache:
             sub = resolve_pointer(self.root, target, f"{pointer}/$ref")
             self.ref_cache[key] = self.compile(sub, target, refs + (target,), depth + 1)
         return self.ref_cache[key]
+
+    def _recursion_end(self, target: str, pointer: str) -> UnsupportedConstruct:
+        """Unrolled far enough: this path ends here.  An optional property, an array item,
+        an anyOf branch holding it are left out (narrowing); if nothing is left, the refusal."""
+        self.recursion_cut = True
+        return unsatisfiable("$ref", pointer, f"the recursive reference '#{target}' is unrolled to {self.recursion} "
+                             "levels and no shallower value is possible here; give the recursion a way to end "
+                             "(an optional property, an empty array or a null branch)", exact=False)
 
     # -- allOf / $ref merging ---------------------------------------------------
     def flatten(self, schema: Any, pointer: str, refs: tuple[str, ...]) -> tuple[Any, tuple[str, ...]]:
@@ -404,9 +407,7 @@ class SchemaCompiler:
         if "$ref" in schema:
             target = ref_to_pointer(schema["$ref"], f"{pointer}/$ref")
             if (refs + followed).count(target) >= self.recursion:
-                self.recursion_cut = True
-                raise unsatisfiable("$ref", pointer, f"the recursive reference '#{target}' is unrolled to "
-                                    f"{self.recursion} levels and no shallower value is possible here", exact=False)
+                raise self._recursion_end(target, pointer)
             sub, more = self.flatten(self._scoped(resolve_pointer(self.root, target, f"{pointer}/$ref"), target, refs),
                                      target, refs + (target,))
             followed += (target,) + more
@@ -868,12 +869,7 @@ class SchemaCompiler:
             # match runs on poot's own automaton (budgeted, linear in the
             # value): Python's backtracking ``re`` over a user's pattern and
             # values is exponential for patterns like ``^(a+)+$``.
-            from poot_vllm.core.automata.compilers import regex_matches
-
-            texts = [spell_escaped(json.dumps(v, ensure_ascii=False, sort_keys=True, separators=(",", ":")), self.escaped)
-                     for v in values]
-            keep = regex_matches(self.compile(rest, pointer, refs, depth + 1),
-                                 [t.encode("utf-8", "surrogatepass") for t in texts], self.limits)
+            keep = self._spellings_match(self.compile(rest, pointer, refs, depth + 1), values)
             values = [v for v, ok in zip(values, keep) if ok]
         unique = list({json.dumps(v, sort_keys=True): v for v in values}.values())
         if not unique:
@@ -1044,11 +1040,17 @@ class SchemaCompiler:
         return self.compile({"type": "string", "pattern": pattern}, where, refs, depth + 1)
 
     def _keys_matching(self, key_regex: str, keys: list[str]) -> set[str]:
-        """The keys whose JSON spelling ``key_regex`` matches (poot's own automaton: no backtracking)."""
+        """The keys whose JSON spelling ``key_regex`` matches."""
+        return {k for k, ok in zip(keys, self._spellings_match(key_regex, keys)) if ok}
+
+    def _spellings_match(self, regex: str, values: list[Any]) -> list[bool]:
+        """Whether ``regex`` matches each value's compact canonical spelling (poot's own
+        automaton: no backtracking)."""
         from poot_vllm.core.automata.compilers import regex_matches
 
-        texts = [spell_escaped(json.dumps(k, ensure_ascii=False), self.escaped).encode("utf-8", "surrogatepass") for k in keys]
-        return {k for k, ok in zip(keys, regex_matches(key_regex, texts, self.limits)) if ok}
+        texts = [spell_escaped(json.dumps(v, ensure_ascii=False, sort_keys=True, separators=(",", ":")),
+                               self.escaped).encode("utf-8", "surrogatepass") for v in values]
+        return regex_matches(regex, texts, self.limits)
 
     def _property_names(self, schema: dict, pointer: str, refs: tuple[str, ...],
                         depth: int) -> tuple[set[str] | None, str | None]:
@@ -1212,10 +1214,7 @@ class SchemaCompiler:
         if hi == 1 or slots is None:
             m = member(self.string)
             return m if lo else _group(m) + "?"
-        classes = maps.slot_classes(slots[0], self.key_first, slots[1])  # type: ignore[arg-type]
-        escapes = json_char_regex(cs.union(NOT_RAW, escaped_set(self.escaped)), self.escaped)
-        members = [member(maps.key_regex(c, self.json_char, escapes if i == len(classes) - 1 else None))
-                   for i, c in enumerate(classes)]
+        members = [member(key) for key in self._slot_strings(*slots)]  # type: ignore[misc]
         self.note(pointer, "additionalProperties" if isinstance(value, str) else "patternProperties",
                   _alternation([v for _, v in kinds]), 2 * len(members))
         return maps.ordered_members(members, self.comma, lo >= 1)
@@ -1279,6 +1278,13 @@ class SchemaCompiler:
                 body = counted_list(element, more_lo, more_hi, self.comma)
         return self.check("\\[" + body + "\\]", pointer)
 
+    def _slot_strings(self, letter_groups: int, with_empty: bool) -> list[str]:
+        """The JSON strings of each first-character slot, in slot order (see maps.py)."""
+        classes = maps.slot_classes(letter_groups, self.key_first, with_empty)
+        escapes = json_char_regex(cs.union(NOT_RAW, escaped_set(self.escaped)), self.escaped)
+        return [maps.key_regex(c, self.json_char, escapes if i == len(classes) - 1 else None)
+                for i, c in enumerate(classes)]
+
     def _compile_unique(self, item: Any, item_where: str, lo: int, hi: int | None, pointer: str,
                         refs: tuple[str, ...], depth: int) -> str:
         """``uniqueItems: true``: items that can never be equal, narrowed exactly like free-key maps.
@@ -1313,24 +1319,19 @@ class SchemaCompiler:
 
     def _unique_values(self, item: Any, element: str, refs: tuple[str, ...]) -> list[str] | None:
         """The regexes of a finite item set's values poot emits (sorted, each once); None if not finite."""
-        from poot_vllm.core.automata.compilers import regex_matches
-
         flat = self._deref(item, refs)
         if not isinstance(flat, dict):
             return None
+        types = self._semantic_types(flat, refs)
         if "enum" in flat or "const" in flat:
             values = flat["enum"] if isinstance(flat.get("enum"), list) else [flat.get("const")]
-        elif self._semantic_types(flat, refs) <= {"boolean", "null"}:
-            values = [v for t, v in (("boolean", False), ("boolean", True), ("null", None))
-                      if t in self._semantic_types(flat, refs)]
+        elif types <= {"boolean", "null"}:
+            values = [v for t, v in (("boolean", False), ("boolean", True), ("null", None)) if t in types]
         else:
             return None
-        distinct = {value_key(v): v for v in values}
-        texts = {k: json.dumps(v, ensure_ascii=False, sort_keys=True, separators=(",", ":")) for k, v in distinct.items()}
-        order = sorted(distinct, key=lambda k: texts[k])
-        spelled = [spell_escaped(texts[k], self.escaped).encode("utf-8", "surrogatepass") for k in order]
-        kept = [k for k, ok in zip(order, regex_matches(element, spelled, self.limits)) if ok]
-        return [self.value_regex(distinct[k], "") for k in kept]
+        distinct = sorted({value_key(v): v for v in values}.values(),
+                          key=lambda v: json.dumps(v, ensure_ascii=False, sort_keys=True, separators=(",", ":")))
+        return [self.value_regex(v, "") for v, ok in zip(distinct, self._spellings_match(element, distinct)) if ok]
 
     def _unique_slots(self, item: Any, element: str, refs: tuple[str, ...]) -> list[str]:
         """One member per first-character slot (lookahead + the item's regex), for the item's types."""
@@ -1341,10 +1342,7 @@ class SchemaCompiler:
             if slots is None:
                 prefixes.append('(?=")')
             else:
-                classes = maps.slot_classes(slots[0], self.key_first, slots[1])
-                escapes = json_char_regex(cs.union(NOT_RAW, escaped_set(self.escaped)), self.escaped)
-                prefixes += [f"(?={maps.key_regex(c, self.json_char, escapes if i == len(classes) - 1 else None)})"
-                             for i, c in enumerate(classes)]
+                prefixes += [f"(?={key})" for key in self._slot_strings(*slots)]
         if types & {"integer", "number"}:
             prefixes += ["(?=-)", "(?=0)"] + ([f"(?={d})" for d in "123456789"] if slots is not None else ["(?=[1-9])"])
         prefixes += [f"(?={lit})" for t, lit in (("boolean", "t"), ("boolean", "f"), ("null", "n"),

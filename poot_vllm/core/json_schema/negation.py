@@ -75,6 +75,16 @@ def not_pattern(pattern: str) -> str | None:
     return f"^(?![\\s\\S]*?(?:{pattern}))"
 
 
+def _listed_values(flat: dict) -> list[Any] | None:
+    """The values ``enum`` and ``const`` allow together; None when neither is given."""
+    if "enum" not in flat and "const" not in flat:
+        return None
+    values = flat["enum"] if isinstance(flat.get("enum"), list) else []
+    if "const" in flat:
+        values = [flat["const"]] if "enum" not in flat else [v for v in values if v == flat["const"]]
+    return values
+
+
 def _json_types(v: Any) -> set[str]:
     """The JSON Schema types a Python value from ``json.loads`` has."""
     if isinstance(v, bool):
@@ -104,10 +114,7 @@ def _not_values(values: list[Any]) -> Negation:
         # The open intervals between the listed numbers (as exclusive bounds).
         def num(f: Fraction) -> int | float:
             return int(f) if f.denominator == 1 else float(f)
-        bounds = [num(f) for f in numbers]
-        if any(Fraction(b) != f for b, f in zip(bounds, numbers)):
-            neg.exact = False  # not a binary fraction: no bound to write
-            return neg
+        bounds = [num(f) for f in numbers]  # exact: JSON numbers are ints or binary fractions
         neg.pieces.append({"type": "number", "exclusiveMaximum": bounds[0]})
         for lo, hi in zip(bounds, bounds[1:]):
             neg.pieces.append({"type": "number", "exclusiveMinimum": lo, "exclusiveMaximum": hi})
@@ -186,10 +193,8 @@ class Negator:
             sub = self._none_of(branches, depth, context)
             # Values matching two branches fail oneOf too; poot writes only those matching none.
             within.add(Negation(sub.pieces, sub.exact and pairwise))
-        if "enum" in flat or "const" in flat:
-            values = flat["enum"] if isinstance(flat.get("enum"), list) else []
-            if "const" in flat:
-                values = [flat["const"]] if "enum" not in flat else [v for v in values if v == flat["const"]]
+        values = _listed_values(flat)
+        if values is not None:
             neg.add(_not_values(values))
         neg.add(self._not_type(flat))
         neg.add(self._not_keywords(flat, depth))
@@ -220,9 +225,7 @@ class Negator:
             types = [types]
         if types == []:
             return True
-        values = flat["enum"] if isinstance(flat.get("enum"), list) else None
-        if "const" in flat:
-            values = [flat["const"]] if values is None else [v for v in values if v == flat["const"]]
+        values = _listed_values(flat)
         if values is not None:
             if isinstance(types, list):
                 values = [v for v in values if _json_types(v) & set(types)]
