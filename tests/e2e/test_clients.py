@@ -9,9 +9,9 @@ constraint at work.  Library defaults are kept (LangChain's
 its own; pydantic-ai sends ``tool_choice: "required"``); only ``max_tokens`` is
 set, and retries are off so a failure is never hidden by a second request.
 
-instructor is not here: no release installs beside vLLM's openai / jiter /
-rich versions (see pyproject.toml); its JSON_SCHEMA and TOOLS modes send the
-same ``response_format`` and named-tool requests as the OpenAI SDK below.
+instructor is in test_instructor.py: no release installs beside vLLM's
+openai / jiter / rich versions (see pyproject.toml), so it runs from a client
+venv of its own, as in a user's app.
 """
 
 from __future__ import annotations
