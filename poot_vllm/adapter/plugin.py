@@ -22,6 +22,14 @@ def register() -> None:
     # (docs/safeguards.md), rather than failing the first constrained request.
     check_settings()
     try:
+        # The API server hands its checked automata to the engine through a
+        # private directory (core/handoff.py); made here, inherited by children.
+        from poot_vllm.adapter.handoff_dir import ensure
+
+        ensure()
+    except OSError:  # no writable temp dir: every process builds its own automata
+        logger.warning("poot-vllm: no hand-off directory; the engine builds automata again", exc_info=True)
+    try:
         # Registers through vLLM's native seams where present (patches/), else
         # applies the runtime hooks; logs once which path is in use.
         apply_all()

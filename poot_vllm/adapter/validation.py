@@ -50,7 +50,8 @@ def validate_for_poot(params, vocab_size: int | None = None) -> None:
     try:
         check_working()  # a failed runtime patch: a 400 naming it, never a silently weaker constraint
         constraint = constraint_from_params(params, limits)
-        automaton = compile_automaton(constraint, limits)
+        # publish: the engine takes this DFA instead of building it again (core/handoff.py)
+        automaton = compile_automaton(constraint, limits, publish=True)
         if vocab_size:
             check_mask_work(automaton, vocab_size, limits, constraint)
     except PootError as exc:

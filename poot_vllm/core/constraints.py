@@ -96,16 +96,26 @@ def _sizeof(value: Any) -> int:
 _automata: ByteCache[Any] = ByteCache("automata", 64 * 1024 * 1024, _sizeof)
 
 
-def compile_automaton(constraint: Constraint, limits: Limits = DEFAULT_LIMITS) -> Any:
+def compile_automaton(constraint: Constraint, limits: Limits = DEFAULT_LIMITS, *, publish: bool = False) -> Any:
     """The vocabulary-independent automaton: a ``DFA``, or a parsed grammar.
 
     Cached per (constraint, limits), single-flight: validating and compiling
     the same constraint in one process, or the n choices of a request, build
-    it once.  Raises :class:`PootError` for anything poot refuses (not cached:
-    the next request retries).
+    it once.  Across processes, a DFA the API server built (``publish=True``,
+    its validation) is taken by the engine instead of built again
+    (:mod:`poot_vllm.core.handoff`).  Raises :class:`PootError` for anything
+    poot refuses (not cached: the next request retries).
     """
-    key = (constraint, limits)
-    return _automata.get_or_build(key, lambda: _build(constraint, limits))
+    from poot_vllm.core import handoff
+
+    def build() -> Any:
+        taken = handoff.take(constraint, limits)
+        return taken if taken is not None else _build(constraint, limits)
+
+    automaton = _automata.get_or_build((constraint, limits), build)
+    if publish:
+        handoff.publish(constraint, limits, automaton)
+    return automaton
 
 
 def _build(constraint: Constraint, limits: Limits) -> Any:

@@ -120,7 +120,8 @@ def budget_masks_enabled() -> bool:
     return os.environ.get("POOT_BUDGET_MASKS", "1") not in ("0", "false", "False", "off")
 
 
-_SWITCHES = {"POOT_BUDGET_MASKS": ("1", "0", "true", "false", "True", "False", "on", "off")}
+_ON_OFF = ("1", "0", "true", "false", "True", "False", "on", "off")
+_SWITCHES = {"POOT_BUDGET_MASKS": _ON_OFF, "POOT_HANDOFF": _ON_OFF}
 
 
 def check_settings() -> None:
@@ -135,3 +136,6 @@ def check_settings() -> None:
         value = os.environ.get(name)
         if value is not None and value not in allowed:
             raise ValueError(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
+    raw = os.environ.get("POOT_HANDOFF_BYTES")  # core/handoff.py: the hand-off directory's bound
+    if raw is not None and (not raw.isdigit() or int(raw) <= 0):
+        raise ValueError(f"POOT_HANDOFF_BYTES must be a positive integer, got {raw!r}")

@@ -103,3 +103,16 @@ def test_data_parallel_engines_each_enforce_and_refuse(data_parallel_server):
     log = data_parallel_server.log_path.read_text(errors="replace") if data_parallel_server.log_path else ""
     # both engine cores built poot's backend (one line each)
     assert log.count("poot backend ready") >= 2, log[-2000:]
+
+
+def test_the_engine_takes_the_automata_the_api_servers_checked(scale_out_server):
+    """The hand-off directory is made before the children are spawned, so all of them share it."""
+    from tests.e2e.test_handoff import engine_took_automata
+
+    pattern = "(left|right)-[0-9]{2}"
+    for i in range(4):
+        resp = _post(scale_out_server, "/completions", {"model": scale_out_server.model, "prompt": f"go {i}",
+                                                        "max_tokens": 20, "guided_regex": pattern})
+        assert resp.status_code == 200, resp.text[:300]
+        assert re.fullmatch(pattern, resp.json()["choices"][0]["text"])
+    assert engine_took_automata(scale_out_server), scale_out_server.log_tail(80)

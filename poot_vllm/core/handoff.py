@@ -1,0 +1,187 @@
+"""Automata handed from the API server to the engine: one build per constraint.
+
+A constrained request is checked in the API server (the bounded automaton
+build is what makes a too-large constraint a 400) and compiled in the engine
+core, another process.  Without a hand-off the engine builds the same DFA a
+second time, on the request's path to its first token.  The API server
+therefore *publishes* each DFA it built into a private directory, and the
+engine *takes* it from there before building its own.
+
+The store is a directory of ``.npz`` files (numpy arrays only, never pickles),
+one per (constraint, limits), written atomically (temporary file, then
+``os.replace``), so a reader sees a whole file or none.  It is bounded in
+bytes (oldest files go first) and is only a cache: a missing, evicted or
+unreadable file means the engine builds the DFA itself, as before.  What the
+engine loads is checked before use (array shapes, dtypes, every transition
+inside the table), because the mask kernels index with those numbers.
+
+The directory is the one named by ``POOT_HANDOFF_DIR``; the vLLM adapter
+creates a private one (mode 0700) when the server starts and passes it to
+the processes it spawns (``adapter/handoff_dir.py``).  Without the variable,
+or with ``POOT_HANDOFF=0``, nothing is published or taken.  Processes on
+other machines (multi-node) do not share it and simply build.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import logging
+import os
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+logger = logging.getLogger("vllm.poot")
+
+#: Bumped when the file layout changes, so an old file is never misread.
+FORMAT = "v1"
+#: Default bound of the directory's size (``POOT_HANDOFF_BYTES``).
+DEFAULT_MAX_BYTES = 256 * 1024 * 1024
+
+_lock = threading.Lock()
+_written_since_scan = 0
+_hits = 0
+
+
+def enabled() -> bool:
+    return bool(os.environ.get("POOT_HANDOFF_DIR")) and os.environ.get("POOT_HANDOFF", "1") not in (
+        "0", "false", "False", "off")
+
+
+def _directory() -> Path:
+    return Path(os.environ["POOT_HANDOFF_DIR"])
+
+
+def _max_bytes() -> int:
+    raw = os.environ.get("POOT_HANDOFF_BYTES")
+    return int(raw) if raw else DEFAULT_MAX_BYTES
+
+
+def key_of(constraint: Any, limits: Any) -> str:
+    """The file name of a (constraint, limits) pair: a digest of everything the build depends on."""
+    digest = hashlib.sha256()
+    for part in (FORMAT, constraint.kind.value, constraint.spec, repr(limits)):
+        digest.update(part.encode("utf-8", "surrogatepass"))
+        digest.update(b"\0")
+    return f"{FORMAT}-{digest.hexdigest()}.npz"
+
+
+def publish(constraint: Any, limits: Any, dfa: Any) -> None:
+    """Write ``dfa`` for the engine (API server).  Never raises: a failed write only costs a rebuild."""
+    if not enabled():
+        return
+    from poot_vllm.core.automata.dfa import DFA
+
+    if not isinstance(dfa, DFA):
+        return  # grammars are parsed again in the engine: milliseconds, and not plain arrays
+    try:
+        path = _directory() / key_of(constraint, limits)
+        if path.exists():
+            os.utime(path)  # recently used: kept longest by the eviction
+            return
+        arrays = {"transitions": dfa.transitions, "accepting": dfa.accepting,
+                  "start": np.array([dfa.start], dtype=np.int64)}
+        if dfa.actions is not None:
+            arrays["actions"] = dfa.actions
+            arrays["counter_limit"] = dfa.counter_limit
+        buffer = io.BytesIO()
+        np.savez(buffer, **arrays)
+        data = buffer.getvalue()
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".npz")
+        try:
+            with os.fdopen(fd, "wb") as out:
+                out.write(data)
+            os.replace(tmp, path)
+        except BaseException:
+            os.unlink(tmp)
+            raise
+        _note_written(len(data))
+    except Exception:  # noqa: BLE001 - a full disk or a removed directory must not fail the request
+        logger.debug("poot: could not hand the automaton to the engine", exc_info=True)
+
+
+def take(constraint: Any, limits: Any) -> Any | None:
+    """The DFA the API server published for this constraint, checked, or None (engine)."""
+    global _hits
+    if not enabled():
+        return None
+    path = _directory() / key_of(constraint, limits)
+    try:
+        with np.load(path, allow_pickle=False) as arrays:
+            dfa = _checked_dfa({name: arrays[name] for name in arrays.files})
+    except FileNotFoundError:
+        return None
+    except Exception:  # noqa: BLE001 - a damaged file: build instead, and say so
+        logger.warning("poot: ignoring an unreadable automaton in %s; building it instead", path, exc_info=True)
+        return None
+    with _lock:
+        _hits += 1
+        first = _hits == 1
+    if first:
+        logger.info("poot: the engine takes its automata from the API server's checks (%s)", path.parent)
+    return dfa
+
+
+def hits() -> int:
+    """How many automata this process took instead of building them."""
+    return _hits
+
+
+def _checked_dfa(arrays: dict[str, np.ndarray]) -> Any:
+    """A :class:`DFA` from loaded arrays, refusing anything the kernels could misread."""
+    from poot_vllm.core.automata.counters import ACT_INC, ACT_NONE, ACT_SET1
+    from poot_vllm.core.automata.dfa import DFA
+
+    transitions, accepting, start = arrays["transitions"], arrays["accepting"], arrays["start"]
+    if transitions.dtype != np.int32 or accepting.dtype != np.bool_ or start.shape != (1,):
+        raise ValueError("unexpected array types")
+    n = transitions.shape[0] if transitions.ndim == 2 else 0
+    if n == 0 or transitions.min() < -1 or transitions.max() >= n:
+        raise ValueError("transitions outside the table")
+    actions = arrays.get("actions")
+    limit = arrays.get("counter_limit")
+    if (actions is None) != (limit is None):
+        raise ValueError("a counted DFA needs both actions and counter limits")
+    if actions is not None:
+        if actions.dtype != np.int8 or limit.dtype != np.int32:
+            raise ValueError("unexpected counter array types")
+        if not np.isin(actions, (ACT_NONE, ACT_INC, ACT_SET1)).all() or limit.min(initial=0) < 0:
+            raise ValueError("counter actions or limits out of range")
+    # DFA's own constructor checks the shapes and makes the arrays read-only.
+    return DFA(transitions=transitions, accepting=accepting, start=int(start[0]), actions=actions,
+               counter_limit=limit)
+
+
+def _note_written(size: int) -> None:
+    """Evict the oldest files once the directory may have passed its bound.
+
+    The directory is scanned only after an eighth of the bound was written by
+    this process, so a publish costs one write, not a listing."""
+    global _written_since_scan
+    bound = _max_bytes()
+    with _lock:
+        _written_since_scan += size
+        if _written_since_scan < bound // 8:
+            return
+        _written_since_scan = 0
+    files = []
+    for entry in os.scandir(_directory()):
+        if entry.name.endswith(".npz") and not entry.name.startswith(".tmp-"):
+            try:
+                stat = entry.stat()
+            except FileNotFoundError:
+                continue
+            files.append((stat.st_mtime, stat.st_size, entry.path))
+    total = sum(size for _, size, _ in files)
+    for _, size, file in sorted(files):
+        if total <= bound:
+            break
+        try:
+            os.unlink(file)
+        except FileNotFoundError:
+            pass
+        total -= size
