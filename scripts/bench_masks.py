@@ -28,12 +28,16 @@ run, ~20 minutes on 2 cores).  ``--json FILE`` keeps every number.
 from __future__ import annotations
 
 import argparse
+import atexit
+import contextlib
 import gc
 import json
 import logging
 import os
 import platform
+import shutil
 import sys
+import tempfile
 import time
 import warnings
 from collections import defaultdict
@@ -96,6 +100,38 @@ def _mem_bytes(engine: str, grammar) -> int | None:
     return None
 
 
+_HANDOFF_DIR: str | None = None
+
+
+@contextlib.contextmanager
+def _handoff_dir():
+    """POOT_HANDOFF_DIR set for ``poot+handoff`` only, so plain ``poot`` compiles stay cold."""
+    global _HANDOFF_DIR
+    if _HANDOFF_DIR is None:
+        _HANDOFF_DIR = tempfile.mkdtemp(prefix="bench-handoff-")
+        atexit.register(shutil.rmtree, _HANDOFF_DIR, True)
+    os.environ["POOT_HANDOFF_DIR"] = _HANDOFF_DIR
+    try:
+        yield
+    finally:
+        del os.environ["POOT_HANDOFF_DIR"]
+
+
+def _api_server_check(backend, option, spec) -> None:
+    """Untimed: what the API server does before the engine sees the request (publishes the DFA)."""
+    from poot_vllm.adapter.backend import constraint_for
+    from poot_vllm.core import constraints
+
+    with _handoff_dir():
+        for path in Path(_HANDOFF_DIR).glob("*.npz"):
+            path.unlink()
+        try:
+            constraints.compile_automaton(constraint_for(option, spec), backend.limits, publish=True)
+        except Exception:  # refused: the engine's compile below refuses it too
+            pass
+        constraints._automata.clear()  # the engine is another process: nothing in memory
+
+
 def run_one(engine: str, backend, item: BenchItem, vocab_name: str, token_bytes, eos: int, size: int,
             steps: int, seed: int) -> Result:
     import torch
@@ -110,6 +146,12 @@ def run_one(engine: str, backend, item: BenchItem, vocab_name: str, token_bytes,
     if engine == "poot+budget":  # what poot's request hook does: the reply must finish in `steps` tokens
         def compile_(b, o, s):
             return b.compile_grammar(o, s, max_new_tokens=steps)
+    elif engine == "poot+handoff":  # the engine in a server: the API server checked (and published) the DFA
+        _api_server_check(backend, option, spec)
+
+        def compile_(b, o, s):
+            with _handoff_dir():
+                return b.compile_grammar(o, s)
     else:
         def compile_(b, o, s):
             return b.compile_grammar(o, s)
@@ -302,7 +344,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="1 constraint per group, 32k + 128k, 24 steps")
     ap.add_argument("--vocab", nargs="*", default=None, help="bench vocabularies (default: llama2-spm-32k llama3-bpe-128k)")
     ap.add_argument("--engines", nargs="*", default=["poot", "poot+budget", "xgrammar", "guidance", "outlines"],
-                    help="poot+budget: poot with the token budget its request hook sets (max_tokens = --steps)")
+                    help="poot+budget: poot with the token budget its request hook sets (max_tokens = --steps); "
+                         "poot+handoff: the engine's compile after the API server's check published the DFA")
     ap.add_argument("--subsets", nargs="*", default=None, help="groups to run (e.g. Glaiveai2K Regex_hand choice)")
     ap.add_argument("--per-group", type=int, default=None, help="at most this many constraints per group")
     ap.add_argument("--steps", type=int, default=None, help="walk length cap (default 64; quick 24)")
@@ -388,7 +431,7 @@ def main(argv: list[str] | None = None) -> int:
         out_md.append(f"Step by thread CPU time on {vocab_name} (no preemption), p99 / max us: " + "; ".join(
             f"{e} {_f(s['cpu_p99'])} / {_f(s['cpu_max'])}" for e, s in overall.items()) + "\n")
         n_lines = len(groups) + 3
-        for pv in ("poot", "poot+budget"):
+        for pv in ("poot", "poot+budget", "poot+handoff"):
             if pv in overall and "xgrammar" in overall:
                 p, x = overall[pv], overall["xgrammar"]
                 out_md.append(f"{pv} / xgrammar on {vocab_name}: step median {p['step_med'] / x['step_med']:.2f}x, "
