@@ -164,3 +164,26 @@ def test_overlapping_one_of_not_and_conditionals_validate(served):
         jsonschema.validate(value, schema)
         assert not 5 <= value["n"] <= 9
         assert value["kind"] != "card" or ("card" in value and "cvv" in value)
+
+
+#: What MCP's ``ResourceTemplate`` and similar tool schemas send: formats served by their ASCII subsets.
+FORMATS_SCHEMA = {
+    "type": "object",
+    "properties": {"uriTemplate": {"type": "string", "format": "uri-template", "maxLength": 60},
+                   "home": {"type": "string", "format": "iri"},
+                   "host": {"type": "string", "format": "idn-hostname"},
+                   "mail": {"type": "string", "format": "idn-email"}},
+    "required": ["uriTemplate", "home", "host", "mail"],
+    "additionalProperties": False,
+}
+
+
+def test_uri_template_and_internationalized_formats_validate(served):
+    server, client = served
+    rf = {"type": "json_schema", "json_schema": {"name": "ResourceTemplate", "schema": FORMATS_SCHEMA}}
+    r = client.chat.completions.create(model=server.model, messages=[{"role": "user", "content": "a resource"}],
+                                       max_tokens=600, n=3, response_format=rf)
+    checker = jsonschema.Draft202012Validator.FORMAT_CHECKER  # uri_template, rfc3987 and idna installed
+    for c in r.choices:
+        assert c.finish_reason == "stop", c
+        jsonschema.validate(json.loads(c.message.content), FORMATS_SCHEMA, format_checker=checker)

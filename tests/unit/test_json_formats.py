@@ -61,6 +61,18 @@ def _uri_reference(s: str) -> None:
     assert validate_rfc3986(s, rule="URI_reference"), s
 
 
+def _iri(s: str, rule: str = "IRI") -> None:
+    import rfc3987
+
+    rfc3987.parse(s, rule=rule)  # raises ValueError
+
+
+def _uri_template(s: str) -> None:
+    import uri_template
+
+    assert uri_template.validate(s), s
+
+
 def _ipv6(s: str) -> None:
     ipaddress.IPv6Address(s)
     _IPV6.validate_python(s)
@@ -77,6 +89,12 @@ ORACLES: dict[str, Callable[[str], None] | None] = {
     "duration": lambda s: _DURATION.validate_python(s) and None,
     "json-pointer": None,
     "relative-json-pointer": None,
+    # Served by their ASCII subsets (docs/json-schema.md "Formats").
+    "idn-hostname": None,  # jsonschema's check runs idna.encode
+    "idn-email": _email,  # jsonschema only asks for an '@'; the strict email validator too
+    "iri": _iri,
+    "iri-reference": lambda s: _iri(s, "IRI_reference"),
+    "uri-template": _uri_template,
 }
 
 
@@ -161,6 +179,12 @@ ORDINARY = {
     "duration": ["P1D", "PT1H", "PT1H30M", "P1Y2M3DT4H5M6S", "P2W", "PT0S", "P3M", "PT90M", "P1DT12H"],
     "json-pointer": ["", "/", "/a/b", "/a~1b/c~0d", "/0/items/3", "/properties/name"],
     "relative-json-pointer": ["0", "1/a", "2#", "0/0"],
+    "idn-hostname": ["example.com", "www.mail.example.com", "localhost", "my-host-01", "a.b.c.d.example"],
+    "idn-email": ["jane.doe@example.com", "user123@gmail.com"],
+    "iri": ["https://example.com/a?b=c#d", "urn:isbn:0451450523", "mailto:jane@example.com"],
+    "iri-reference": ["/path/to/page?x=1", "page.html", "#frag", ""],
+    "uri-template": ["http://example.com/{user}", "/search{?q,lang}", "{+path}/here", "{/list*}", "X{.var:3}",
+                     "http://example.com/users/{id}/repos{?page,per_page}", "plain/text", "{#section}"],
 }
 
 
@@ -188,6 +212,8 @@ REJECTED = {
     "duration": ["P", "PT", "1D", "P1H", "PT1D", "P1W2D", "P1234567D"],
     "json-pointer": ["a", "/a~2", "/~"],
     "relative-json-pointer": ["", "01", "100", "-1", "/a"],
+    "idn-hostname": ["ab--cd.com", "xn--zz.com", "-a.com", "a_b.com"],
+    "uri-template": ["{}", "{=a}", "{a:1000}", "{a:3*}", "{%41}", "a b", "{a", "a}"],
 }
 
 
@@ -243,7 +269,7 @@ def test_pydantic_model_schema_compiles_and_samples_validate_with_pydantic():
 
 def test_unsupported_format_and_too_small_uri_bound_are_refused_with_pointer():
     with pytest.raises(UnsupportedConstruct, match=r"'format' at /properties/x/format"):
-        schema_to_regex({"type": "object", "properties": {"x": {"type": "string", "format": "iri"}}})
+        schema_to_regex({"type": "object", "properties": {"x": {"type": "string", "format": "regex"}}})
     with pytest.raises(UnsupportedConstruct, match=r"'maxLength' at /maxLength.*maxLength >= \d+"):
         schema_to_regex({"type": "string", "format": "uri", "maxLength": 50})
 

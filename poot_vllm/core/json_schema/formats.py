@@ -318,16 +318,39 @@ def relative_json_pointer(escaped: str = "") -> str:
     return f"(?:0|[1-9]+0?)(?:#|{json_pointer(escaped)})"
 
 
+# -- internationalized formats, served by their ASCII subset (a narrowing) ------------------------
+#: An IDNA 2008 hostname (``idn-hostname``): ASCII LDH labels are valid A-labels
+#: unless their 3rd-4th characters are ``--`` (``xn--`` must be valid punycode,
+#: other ``??--`` labels are reserved): jsonschema's ``idna`` check refuses them.
+IDN_HOSTNAME = f"{_idna_safe_label(40)}(?:\\.{_idna_safe_label(24)}){{0,4}}"
+
+# -- URI templates (RFC 6570), ASCII literals -------------------------------------------------------
+#: ``literals`` of RFC 6570 without ``ucschar``/``iprivate``; no ``"`` or ``\\``,
+#: so nothing here needs a JSON escape.
+_TEMPLATE_LITERAL = f"(?:[!#$&(-;=?-\\[\\]_a-z~]|%{_HEX}{{2}})"
+#: ``varname``: the ``uri_template`` validator jsonschema uses wants a plain first character.
+_TEMPLATE_VARNAME = f"[A-Za-z0-9_](?:\\.?(?:[A-Za-z0-9_]|%{_HEX}{{2}}))*"
+#: ``varspec`` with a prefix of at most 3 digits (the validator refuses 4) or an explode.
+_TEMPLATE_VARSPEC = f"{_TEMPLATE_VARNAME}(?::[1-9][0-9]{{0,2}}|\\*)?"
+#: Level 4 expressions; the reserved operators ``= , ! @ |`` are invalid, as the validator says.
+URI_TEMPLATE = f"(?:{_TEMPLATE_LITERAL}|\\{{[+#./;?&]?{_TEMPLATE_VARSPEC}(?:,{_TEMPLATE_VARSPEC})*\\}})*"
+
 FORMATS: dict[str, str] = {
     "hostname": HOSTNAME,
+    "idn-hostname": IDN_HOSTNAME,
     "uri": URI,
     "uri-reference": URI_REFERENCE,
+    # Every RFC 3986 URI is an RFC 3987 IRI: the ASCII subset, exactly as for uri.
+    "iri": URI,
+    "iri-reference": URI_REFERENCE,
+    "uri-template": URI_TEMPLATE,
     "date": DATE,
     "time": TIME,
     "date-time": DATE_TIME,
     "duration": DURATION,
     "uuid": UUID,
     "email": EMAIL,
+    "idn-email": EMAIL,  # an ASCII address is an internationalized one
     "ipv4": IPV4,
     "ipv6": IPV6,
     "json-pointer": json_pointer(),
@@ -336,7 +359,7 @@ FORMATS: dict[str, str] = {
 #: formats whose regex depends on the characters that must be escaped (negated classes)
 _ESCAPE_DEPENDENT = {"json-pointer": json_pointer, "relative-json-pointer": relative_json_pointer}
 #: formats poot can build again with a bounded length (for ``maxLength``)
-BOUNDABLE = frozenset({"uri", "uri-reference"})
+BOUNDABLE = frozenset({"uri", "uri-reference", "iri", "iri-reference"})
 
 
 def length_range(regex: str) -> tuple[int, int | None]:
@@ -392,11 +415,11 @@ def _bounded_uri(name: str, max_len: int) -> str:
     path, query, fragment = 64, 48, 16
     while path >= 2:
         uri, ref = _uri(path, query, fragment)
-        regex = uri if name == "uri" else ref
+        regex = uri if name in ("uri", "iri") else ref
         if length_range(regex)[1] <= max_len:  # type: ignore[operator]
             return regex
         path, query, fragment = path // 2, query // 2, max(fragment // 2, 1)
     uri, ref = _uri(2, 1, 1)
-    least = length_range(uri if name == "uri" else ref)[1]
+    least = length_range(uri if name in ("uri", "iri") else ref)[1]
     raise ValueError("poot bounds a URI with maxLength by capping host, path, query and fragment; "
                      f"that needs maxLength >= {least} (or no maxLength)")
