@@ -57,3 +57,7 @@ class UnsupportedConstruct(PootError):
 
 class ConstraintSyntaxError(PootError):
     """The constraint text does not parse (regex, GBNF, JSON)."""
+
+
+class EmptyLanguage(PootError):
+    """The constraint matches no string (an automaton with no accepting path)."""

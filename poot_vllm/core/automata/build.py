@@ -63,7 +63,7 @@ from poot_vllm.core.automata import counters
 from poot_vllm.core.automata.counters import ACT_INC, ACT_NONE, ACT_SET1, Counted
 from poot_vllm.core.automata.dfa import DFA
 from poot_vllm.core.automata.utf8 import DONE, CodepointAutomaton, codepoint_automaton
-from poot_vllm.core.errors import LimitExceeded, PootError
+from poot_vllm.core.errors import EmptyLanguage, LimitExceeded, PootError
 from poot_vllm.core.regex import ast
 from poot_vllm.core.regex import charsets as cs
 from poot_vllm.core.regex.factor import factor
@@ -1129,7 +1129,7 @@ def finalize(
     """
     live = live_states(table, accepting)
     if not live[start]:
-        raise PootError("the constraint matches no string")
+        raise EmptyLanguage("the constraint matches no string")
     if not live.all():
         table = np.where(table >= 0, np.where(live[np.maximum(table, 0)], table, -1), -1)
     labels = None

@@ -26,7 +26,8 @@ from poot_vllm.core.json_schema import decimals
 from poot_vllm.core.json_schema.formats import FORMATS, format_regex
 from poot_vllm.core.json_schema import maps
 from poot_vllm.core.json_schema.negation import NegationTooLarge, Negator
-from poot_vllm.core.json_schema.patterns import PatternError, translate_pattern
+from poot_vllm.core.json_schema.patterns import (PatternError, patterns_disjoint, strings_missing_pattern,
+                                                 translate_pattern)
 from poot_vllm.core.json_schema.ranges import integer_range_regex
 from poot_vllm.core.json_schema.refs import cyclic_targets, ref_to_pointer, resolve_pointer
 from poot_vllm.core.json_schema.whitespace import WHITESPACE_KEY, check_whitespace_pattern
@@ -818,9 +819,30 @@ class SchemaCompiler:
             ra, rb = set(a.get("required", [])), set(b.get("required", []))
             if isinstance(pa, dict) and isinstance(pb, dict):
                 for key in ra & rb & set(pa) & set(pb):
-                    xa, xb = self._values(self._flat(pa[key], refs)), self._values(self._flat(pb[key], refs))
+                    fa, fb = self._flat(pa[key], refs), self._flat(pb[key], refs)
+                    xa, xb = self._values(fa), self._values(fb)
                     if xa is not None and xb is not None and not (xa & xb):
                         return True
+                    if self._strings_disjoint(fa, fb, refs):
+                        return True
+        return self._strings_disjoint(a, b, refs)
+
+    def _strings_disjoint(self, a: Any, b: Any, refs: tuple[str, ...]) -> bool:
+        """Two string schemas that share no string by their ``pattern``s (or a pattern and the
+        other's listed strings), under ``re.search`` as validators read them (a discriminator
+        like ``"type": {"pattern": "^basic:date:$"}``)."""
+        if not (isinstance(a, dict) and isinstance(b, dict)):
+            return False
+        if self._semantic_types(a, refs) != {"string"} or self._semantic_types(b, refs) != {"string"}:
+            return False
+        pa, pb = a.get("pattern"), b.get("pattern")
+        budget = self.limits.max_automaton_bytes
+        if isinstance(pa, str) and isinstance(pb, str):
+            return patterns_disjoint(pa, pb, budget)
+        for pattern, other in ((pa, b), (pb, a)):
+            listed = [other["const"]] if "const" in other else other.get("enum")
+            if isinstance(pattern, str) and isinstance(listed, list) and all(isinstance(v, str) for v in listed):
+                return strings_missing_pattern(listed, pattern, budget)
         return False
 
     # -- enum / const ---------------------------------------------------------------

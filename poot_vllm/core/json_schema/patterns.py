@@ -429,3 +429,44 @@ def _length_range(table: "list[list[int]]", accepting: "list[bool]") -> "tuple[i
                 best = max(best, longest[t] + 1)
         longest[q] = best
     return min_len, longest[0]
+
+
+def patterns_disjoint(first: str, second: str, budget_bytes: int) -> bool:
+    """Whether no string is found by both patterns under ``re.search``: proven, never guessed.
+
+    This is how jsonschema validates ``pattern`` (Python's ``re`` on the
+    whole Unicode string), not poot's narrowed spelling of it, so a ``oneOf``
+    told apart by it holds for any value a validator sees.  The two searches
+    are intersected on one automaton (a lookahead), built within
+    ``budget_bytes`` of working memory; ``False`` when it is not empty, too
+    large, or uses what poot does not build (backreferences).
+    """
+    from poot_vllm.core.automata.build import Budget, regex_tree_to_dfa
+    from poot_vllm.core.errors import EmptyLanguage
+    from poot_vllm.core.regex.parser import parse
+
+    both = f"(?=[\\s\\S]*?(?:{first}))[\\s\\S]*?(?:{second})[\\s\\S]*"
+    try:
+        regex_tree_to_dfa(parse(both), Budget(budget_bytes))
+    except EmptyLanguage:
+        return True
+    except PootError:
+        return False
+    return False
+
+
+def strings_missing_pattern(values: list[str], pattern: str, budget_bytes: int) -> bool:
+    """Whether none of ``values`` is found by ``pattern`` under ``re.search`` (poot's linear
+    matcher: never Python's backtracking ``re`` on a user's pattern)."""
+    import dataclasses
+
+    from poot_vllm.core.automata.compilers import regex_matches
+    from poot_vllm.core.limits import DEFAULT_LIMITS
+
+    try:
+        texts = [v.encode("utf-8") for v in values]  # a lone surrogate: not provable here
+        found = regex_matches(f"[\\s\\S]*?(?:{pattern})[\\s\\S]*", texts,
+                              dataclasses.replace(DEFAULT_LIMITS, max_automaton_bytes=budget_bytes))
+    except (PootError, UnicodeEncodeError):
+        return False
+    return not any(found)
