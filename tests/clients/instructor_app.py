@@ -22,26 +22,12 @@ import asyncio
 import json
 import sys
 import traceback
-from typing import Literal, Optional
 
 from pydantic import BaseModel, Field
 
+from client_models import PROMPT, Owner  # beside this script: shared with tests/e2e/test_clients.py
+
 MAX_TOKENS = 200
-PROMPT = "Describe a pet owner and their pet."
-
-
-class Pet(BaseModel):
-    kind: Literal["cat", "dog", "fish"]
-    name: str = Field(max_length=12)
-    age: int = Field(ge=0, le=30)
-    nickname: Optional[str] = Field(default=None, max_length=8)
-
-
-class Owner(BaseModel):
-    """A pet owner (a nested model, an enum, bounded strings and ints, an optional field)."""
-
-    name: str = Field(max_length=20)
-    pet: Pet
 
 
 class Task(BaseModel):

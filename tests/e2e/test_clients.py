@@ -17,45 +17,13 @@ venv of its own, as in a user's app.
 from __future__ import annotations
 
 import asyncio
-from typing import Literal, Optional
 
 import openai
 import pytest
-from pydantic import BaseModel, Field
+
+from tests.clients.client_models import PROMPT, TOOL_MODELS, GetWeather, Owner, Remember
 
 MAX_TOKENS = 200
-
-
-class Pet(BaseModel):
-    kind: Literal["cat", "dog", "fish"]
-    name: str = Field(max_length=12)
-    age: int = Field(ge=0, le=30)
-    nickname: Optional[str] = Field(default=None, max_length=8)
-
-
-class Owner(BaseModel):
-    """A pet owner (a nested model, an enum, bounded strings and ints, an optional field)."""
-
-    name: str = Field(max_length=20)
-    pet: Pet
-
-
-class GetWeather(BaseModel):
-    """Weather in a city for the next days."""
-
-    city: Literal["Paris", "Oslo", "Zürich"]
-    days: int = Field(ge=1, le=7)
-
-
-class Remember(BaseModel):
-    """Remember a short note."""
-
-    note: str = Field(max_length=16)
-    urgent: bool = False
-
-
-TOOL_MODELS = {"GetWeather": GetWeather, "Remember": Remember}
-PROMPT = "Describe a pet owner and their pet."
 
 
 @pytest.fixture(scope="module", params=["bpe", "spm"])
