@@ -3,7 +3,11 @@
 A vLLM fork with ``patches/vllm-X.Y/0001`` has a structured-output backend
 registry (``vllm.config.structured_outputs.register_structured_output_backend``);
 with ``0002`` it has a request hook point
-(``vllm.entrypoints.generate.base.protocol.register_structured_outputs_hook``).
+(``vllm.entrypoints.generate.base.protocol.register_structured_outputs_hook``);
+with ``0003`` that module also takes a tool-choice hook (a backend that forces
+``tool_choice`` itself: ``register_tool_choice_hook``, and the server's tool
+parser, ``get_server_tool_call_parser``) and final-output hooks for whole
+replies (``register_final_output_hook``).
 Where they exist, poot registers through them and the runtime hooks for those
 areas stay off (each hook's ``seam_present()`` says so); elsewhere poot falls
 back to its runtime hooks.  Detection is by feature, never by version.
@@ -40,6 +44,20 @@ def request_hook_point() -> Any | None:
     return protocol if hasattr(protocol, "register_structured_outputs_hook") else None
 
 
+def tool_choice_hook_point() -> Any | None:
+    """The request hook point's module if it takes tool-choice hooks (patch 0003)."""
+    protocol = request_hook_point()
+    has_seam = protocol is not None and hasattr(protocol, "register_tool_choice_hook") and hasattr(
+        protocol, "get_server_tool_call_parser")
+    return protocol if has_seam else None
+
+
+def final_output_hook_point() -> Any | None:
+    """The request hook point's module if it takes final-output hooks (patch 0003)."""
+    protocol = request_hook_point()
+    return protocol if protocol is not None and hasattr(protocol, "register_final_output_hook") else None
+
+
 def validate_request(sampling_params: Any, model_config: Any, tokenizer: Any) -> None:
     """The registry's validator: poot's full check of a request (API server).
 
@@ -67,6 +85,28 @@ def structured_outputs_hook(request: Any, structured_outputs: Any) -> Any:
     return structured_outputs_for(request, lambda _request: structured_outputs)
 
 
+def tool_choice_hook(request: Any) -> bool:
+    """The tool-choice hook: whether poot forces this request's tool calls (patch 0003).
+
+    vLLM then reads the reply with the tool parser's own extraction (poot
+    forces the parser's format, not vLLM's JSON) and reports ``tool_calls``.
+    vLLM calls it while building a response: it must answer, never raise.
+    """
+    from poot_vllm.adapter.tool_forcing import forces_tool_call
+
+    try:
+        return forces_tool_call(request)
+    except Exception:  # noqa: BLE001 - a malformed request was refused earlier; never fail the reply here
+        return False
+
+
+def final_output_hook(request: Any, output: Any, tokenizer: Any) -> Any:
+    """The final-output hook: a whole SentencePiece reply drops its one leading space (patch 0003)."""
+    from poot_vllm.adapter.reply_text import adjust_outputs
+
+    return adjust_outputs(output, request, tokenizer)
+
+
 def server_backend() -> str | None:
     """The structured-output backend the API server recorded (patch 0002), if any."""
     protocol = request_hook_point()
@@ -76,7 +116,8 @@ def server_backend() -> str | None:
 
 def register() -> dict[str, bool]:
     """Register through every native seam present; returns seam -> registered."""
-    registered = {"backend registry": False, "request hook": False}
+    registered = {"backend registry": False, "request hook": False, "tool-choice hook": False,
+                  "final-output hook": False}
     registry = backend_registry()
     if registry is not None:
         registry.register_structured_output_backend(BACKEND_NAME, BACKEND_FACTORY, BACKEND_VALIDATOR)
@@ -85,17 +126,30 @@ def register() -> dict[str, bool]:
     # module is imported, so worker processes never import it for poot's sake.
     from poot_vllm.adapter.when_imported import when_imported
 
-    when_imported(REQUEST_HOOK_MODULE, _register_request_hook)
-    registered["request hook"] = _request_hook_registered
+    when_imported(REQUEST_HOOK_MODULE, _register_request_hooks)
+    registered.update(_request_hooks_registered)
     return registered
 
 
 REQUEST_HOOK_MODULE = "vllm.entrypoints.generate.base.protocol"
-_request_hook_registered = False
+#: What the request hook point's module took from poot in this process (patches 0002, 0003).
+_request_hooks_registered: dict[str, bool] = {}
 
 
-def _register_request_hook(protocol: Any) -> None:
-    global _request_hook_registered
-    if hasattr(protocol, "register_structured_outputs_hook") and not _request_hook_registered:
-        protocol.register_structured_outputs_hook(structured_outputs_hook, backend=BACKEND_NAME)
-        _request_hook_registered = True
+def _register_request_hooks(protocol: Any) -> None:
+    """Register each hook the module has a seam for, once per process.
+
+    vLLM drops repeated registrations of the same hook too; the record here is
+    what :func:`register` reports.  Each hook is registered with
+    ``backend="poot"``: vLLM runs it only on servers whose backend is poot.
+    """
+    seams = (
+        ("request hook", "register_structured_outputs_hook", structured_outputs_hook),
+        ("tool-choice hook", "register_tool_choice_hook", tool_choice_hook),
+        ("final-output hook", "register_final_output_hook", final_output_hook),
+    )
+    for seam, register_name, hook in seams:
+        register_hook = getattr(protocol, register_name, None)
+        if register_hook is not None and not _request_hooks_registered.get(seam):
+            register_hook(hook, backend=BACKEND_NAME)
+            _request_hooks_registered[seam] = True

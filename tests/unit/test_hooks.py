@@ -275,3 +275,36 @@ def test_vocab_size_reads_the_model_config():
     assert vocab_size(SimpleNamespace(get_vocab_size=lambda: 321)) == 321
     assert vocab_size(SimpleNamespace()) is None
     assert vocab_size(SimpleNamespace(get_vocab_size=lambda: None)) is None
+
+
+def test_tool_and_leading_space_hooks_wrap_their_seams(hooks_applied):
+    """Stock vLLM: the tool_responses and leading_space hooks are on the seams their HOOKs name."""
+    from vllm.entrypoints.openai.chat_completion.serving import OpenAIServingChat
+    from vllm.entrypoints.openai.completion.serving import OpenAIServingCompletion
+    from vllm.parser.abstract_parser import DelegatingParser
+    from vllm.parser.parser_manager import ParserManager
+
+    if "native seam" in (hooks_applied["tool_responses"], hooks_applied["leading_space"]):
+        pytest.skip("the installed vLLM carries patches/0003: these areas use its native seams")
+    seams = ((ParserManager, "get_parser"), (DelegatingParser, "_apply_structural_tag"), (DelegatingParser, "parse"),
+             (DelegatingParser, "parse_delta"), (OpenAIServingChat, "chat_completion_full_generator"),
+             (OpenAIServingCompletion, "request_output_to_completion_response"))
+    for owner, name in seams:
+        fn = getattr(owner, name)
+        assert original(fn) is not fn, f"{owner.__name__}.{name}"
+
+
+def test_tool_parser_records_the_codec_poot_forces(hooks_applied, monkeypatch):
+    """The server's --tool-call-parser decides the format poot forces tool calls in."""
+    from vllm.parser.parser_manager import ParserManager
+
+    from poot_vllm.core.tool_calls import selection
+
+    if hooks_applied["tool_responses"] == "native seam":
+        pytest.skip("the installed vLLM carries patches/0003: vLLM records the tool parser itself")
+    monkeypatch.delenv(selection.OVERRIDE_ENV, raising=False)
+    monkeypatch.setattr(selection, "_server_codec", None)
+    ParserManager.get_parser(tool_parser_name="hermes", enable_auto_tools=True)
+    assert selection.server_codec().name == "hermes"
+    ParserManager.get_parser(tool_parser_name="hermes", enable_auto_tools=False)
+    assert selection.server_codec() is None  # no auto tool choice: no parser reads calls back

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -67,6 +68,58 @@ def test_every_series_has_numbered_patches_with_a_header():
             text = patch.read_text()
             header = text[: text.index("\ndiff --git ")]
             assert "Subject: [PATCH" in header and len(header.splitlines()) > 10, patch
+
+
+def _added_lines(directory: Path) -> dict[str, list[str]]:
+    """file -> the lines a series adds to it."""
+    added: dict[str, list[str]] = {}
+    for patch in sorted(directory.glob("*.patch")):
+        current = None
+        for line in patch.read_text().splitlines():
+            if line.startswith("+++ b/"):
+                current = line[6:]
+            elif line.startswith("diff --git "):
+                current = None
+            elif current and line.startswith("+"):
+                added.setdefault(current, []).append(line[1:])
+    return added
+
+
+def _added_definitions(directory: Path) -> dict[str, set[str]]:
+    """file -> names of the functions and classes a series adds to it."""
+    definitions = {path: {m.group(1) for line in lines if (m := re.match(r"\s*(?:async )?(?:def|class) (\w+)", line))}
+                   for path, lines in _added_lines(directory).items()}
+    return {path: names for path, names in definitions.items() if names}
+
+
+#: Names poot's seam detection and registration use (adapter/native.py, each hook's
+#: seam_present()), by the module that must define or import them.
+DETECTED_NAMES = {
+    "vllm/config/structured_outputs.py": ("register_structured_output_backend", "get_structured_output_backend"),
+    "vllm/entrypoints/generate/base/protocol.py": (
+        "register_structured_outputs_hook", "apply_structured_outputs_hooks", "get_structured_outputs_server_backend",
+        "register_tool_choice_hook", "tool_choice_forced_by_backend", "get_server_tool_call_parser",
+        "register_final_output_hook", "apply_final_output_hooks"),
+    "vllm/parser/abstract_parser.py": ("tool_choice_forced_by_backend",),
+    "vllm/entrypoints/openai/chat_completion/serving.py": ("apply_final_output_hooks",),
+    "vllm/entrypoints/openai/completion/serving.py": ("apply_final_output_hooks",),
+}
+
+
+def test_every_series_adds_the_same_seams():
+    """The series for each release carry the same change (context differs): same definitions added,
+    and every name poot detects, in every series -- the release not installed here included."""
+    series = sorted((REPO / "patches").glob("vllm-*"))
+    definitions = {d.name: _added_definitions(d) for d in series}
+    first = series[0].name
+    for name, added in definitions.items():
+        assert added == definitions[first], (name, first)
+    for directory in series:
+        added = _added_lines(directory)
+        for path, names in DETECTED_NAMES.items():
+            for name in names:
+                assert any(re.search(rf"\b{name}\b", line) for line in added.get(path, ())), (
+                    directory.name, path, name)
 
 
 def test_series_applies_to_the_installed_vllm():
@@ -140,14 +193,17 @@ def test_check_patches_reports_a_moved_seam(tmp_path):
 
 def test_stock_vllm_has_no_native_seam():
     from poot_vllm.adapter import native
-    from poot_vllm.adapter.patches import config_backend, engine_manager, request_fields, sampling_validation
+    from poot_vllm.adapter.patches import (config_backend, engine_manager, leading_space, request_fields,
+                                           sampling_validation, tool_responses)
 
     if native.backend_registry() is not None:
         pytest.skip("the installed vLLM carries patches/ (a fork): this test checks a stock vLLM")
     assert native.request_hook_point() is None
-    for hook in (config_backend, engine_manager, request_fields, sampling_validation):
+    assert native.tool_choice_hook_point() is None and native.final_output_hook_point() is None
+    for hook in (config_backend, engine_manager, request_fields, sampling_validation, tool_responses, leading_space):
         assert hook.seam_present() is False, hook.__name__
-    assert native.register() == {"backend registry": False, "request hook": False}
+    assert native.register() == {"backend registry": False, "request hook": False, "tool-choice hook": False,
+                                 "final-output hook": False}
 
 
 def test_describe_paths_names_the_path_and_each_hook():
@@ -234,6 +290,63 @@ _CHILD = textwrap.dedent(
     protocol.set_structured_outputs_server_backend("poot")
     out["poot_is_server_backend"] = poot_is_server_backend()
 
+    # patches/0003, tool-choice hook: the tool parser vLLM recorded picks poot's codec; a
+    # poot server builds no structural tag and reads forced calls in the parser's own format.
+    from poot_vllm.adapter.tool_forcing import forcing_codec
+    protocol.set_server_tool_call_parser("hermes")
+    out["codec_from_vllm_record"] = getattr(forcing_codec(), "name", None)
+    from vllm.parser.parser_manager import ParserManager
+    parser_cls = ParserManager.get_parser(tool_parser_name="hermes", enable_auto_tools=True, tokenizer=tokenizer)
+    TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+    MARKUP = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+
+    def arguments(text):
+        try:
+            return json.loads(text)
+        except ValueError:
+            return text  # not JSON: what the parser took for the arguments
+
+    def tool_seams(server_backend, tool_choice):
+        protocol.set_structured_outputs_server_backend(server_backend)
+        request = ChatCompletionRequest(model="m", messages=[{"role": "user", "content": "hi"}],
+                                        tools=TOOLS, tool_choice=tool_choice)
+        parser = parser_cls(tokenizer, request.tools)
+        # As with VLLM_ENFORCE_STRICT_TOOL_CALLING=0: the parser would read required/named as bare JSON.
+        parser._tool_parser.supports_required_and_named = True
+        tagged = parser._apply_structural_tag(request).structured_outputs
+        _, content, calls = parser.parse(MARKUP, request, enable_auto_tools=True)
+        return {"backend_forces": protocol.backend_forces_tool_choice(),
+                "forced": protocol.tool_choice_forced_by_backend(request),
+                "structural_tag": getattr(tagged, "structural_tag", None) is not None,
+                "calls": [[c.name, arguments(c.arguments)] for c in calls or []],
+                "content": content}
+
+    NAMED = {"type": "function", "function": {"name": "get_weather"}}
+    out["tools_poot_named"] = tool_seams("poot", NAMED)
+    out["tools_poot_required"] = tool_seams("poot", "required")
+    out["tools_poot_auto"] = tool_seams("poot", "auto")
+    out["tools_xgrammar_named"] = tool_seams("xgrammar", NAMED)
+    import vllm.entrypoints.openai.chat_completion.serving as chat_serving
+    import vllm.entrypoints.serve.utils.tool_calls_utils as tool_calls_utils
+    out["finish_reason_seam"] = any(hasattr(m, "tool_choice_forced_by_backend")
+                                    for m in (chat_serving, tool_calls_utils))
+
+    # patches/0003, final-output hook: a whole reply poot constrained drops the word marker's space.
+    from types import SimpleNamespace
+    def final_text(server_backend, echo=False, **fields):
+        protocol.set_structured_outputs_server_backend(server_backend)
+        request = CompletionRequest(model="m", prompt="hi", echo=echo, **fields)
+        ids = tokenizer.encode(" the cat", add_special_tokens=False)
+        output = SimpleNamespace(outputs=[SimpleNamespace(text=" the cat", token_ids=ids)])
+        return protocol.apply_final_output_hooks(request, output, tokenizer).outputs[0].text
+
+    out["final_poot_constrained"] = final_text("poot", guided_regex=" the [a-z]+")
+    out["final_poot_unconstrained"] = final_text("poot")
+    out["final_poot_echo"] = final_text("poot", echo=True, guided_regex=" the [a-z]+")
+    out["final_xgrammar"] = final_text("xgrammar", guided_regex=" the [a-z]+")
+    protocol.set_structured_outputs_server_backend("poot")
+
     spec = get_structured_output_backend("poot")
     from vllm.config.structured_outputs import _resolve
     from vllm.v1.structured_output import StructuredOutputManager
@@ -315,7 +428,8 @@ def test_patched_copy_is_what_python_imports(patched):
 
 def test_every_seam_is_detected_and_nothing_is_monkeypatched(patched):
     status = patched["status"]
-    native = ("config_backend", "app_state", "sampling_validation", "engine_manager", "request_fields")
+    native = ("config_backend", "app_state", "sampling_validation", "engine_manager", "request_fields",
+              "tool_responses", "leading_space")
     for name in native:
         assert status[name] == "native seam", status
     # no seam for these: with POOT_DISABLE_HOOKS=1 they are off
@@ -358,3 +472,37 @@ def test_engine_builds_poot_from_the_registry_with_the_request_budget(patched):
     assert budget is not None  # max_tokens reaches poot: budget-aware masks work natively
     assert patched["engine"]["compile"] == ["REGEX", "a+", [2], budget]
     assert patched["engine_grammar"] == "grammar"
+
+
+def test_tool_choice_hook_reads_the_tool_parser_vllm_recorded(patched):
+    """patches/0003: poot forces calls in the format of the parser vLLM recorded at start."""
+    assert patched["codec_from_vllm_record"] == "hermes"
+    assert patched["finish_reason_seam"]  # chat serving (0.32) / resolve_finish_reason (0.33) asks the hook
+
+
+def test_forced_tool_calls_are_read_in_the_parsers_own_format(patched):
+    """On a poot server vLLM builds no structural tag and reads poot's ``<tool_call>`` markup."""
+    call = [["get_weather", {"city": "Paris"}]]
+    for case in ("tools_poot_named", "tools_poot_required"):
+        result = patched[case]
+        assert result["backend_forces"] and result["forced"], (case, result)
+        assert not result["structural_tag"], (case, result)
+        assert result["calls"] == call and not result["content"], (case, result)
+    auto = patched["tools_poot_auto"]
+    assert auto["backend_forces"] and not auto["forced"] and not auto["structural_tag"], auto
+
+
+def test_tool_choice_hook_is_inactive_on_other_backends(patched):
+    """On an xgrammar server: vLLM's own structural tag, and a named reply read as bare JSON arguments."""
+    other = patched["tools_xgrammar_named"]
+    assert not other["backend_forces"] and not other["forced"], other
+    assert other["structural_tag"], other
+    assert other["calls"][0][0] == "get_weather" and other["calls"][0][1].startswith("<tool_call>"), other
+
+
+def test_final_output_hook_drops_the_leading_space_of_constrained_whole_replies(patched):
+    assert patched["final_poot_constrained"] == "the cat"
+    # unconstrained, echoed (the space separates the prompt's last word), or another backend: untouched
+    assert patched["final_poot_unconstrained"] == " the cat"
+    assert patched["final_poot_echo"] == " the cat"
+    assert patched["final_xgrammar"] == " the cat"

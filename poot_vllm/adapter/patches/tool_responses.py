@@ -24,6 +24,11 @@ hermes when ``VLLM_ENFORCE_STRICT_TOOL_CALLING=0``.  This hook:
 
 Only active when the server's backend is poot and its parser reads a forcible
 format; other requests are untouched.
+
+A vLLM carrying ``patches/vllm-X.Y/0003`` does all four itself for a backend
+that registers a tool-choice hook (``register_tool_choice_hook``; poot does in
+adapter/native.py), and records the tool parser (``get_server_tool_call_parser``):
+this hook is then skipped (:func:`seam_present`).
 """
 
 from __future__ import annotations
@@ -48,33 +53,28 @@ HOOK = Hook(
     "finish_reason tool_calls",
     why="vLLM reads required/named replies as bare JSON when the parser supports it, not as <tool_call> markup",
     versions="0.32.x, 0.33.x (finish-reason seam feature-detected)",
-    until="vLLM lets a structured-output backend own tool_choice forcing (a backend hook for tool calls)",
+    until="vLLM lets a structured-output backend own tool_choice forcing (patches/0003: tool-choice hook)",
     process="API server",
-    upstream="none yet: a vLLM backend hook for tool_choice forcing (not written)",
+    upstream="patches/vllm-0.33/0003-tool-choice-and-final-output-hooks.patch (register_tool_choice_hook)",
 )
 
 
-def record_parser(tool_parser_name, enable_auto_tools, tokenizer=None, model_name=None) -> None:
-    from poot_vllm.core.tool_calls.selection import codec_for_parser, read_chat_template, record_server_codec
+def seam_present() -> bool:
+    """patches/0003: vLLM records the tool parser, and its parser and chat serving ask the
+    backend's tool-choice hook (no structural tag, the parser's own format, ``tool_calls``)."""
+    from poot_vllm.adapter.native import tool_choice_hook_point
 
-    if not enable_auto_tools or not tool_parser_name:
-        record_server_codec(None)
-        return
-    template = getattr(tokenizer, "chat_template", None) if tokenizer is not None else None
-    if template is None and model_name:
-        try:
-            template = read_chat_template(model_name)
-        except (OSError, ValueError):
-            template = None
-    codec = codec_for_parser(tool_parser_name, template)
-    record_server_codec(codec)
-    logger.info("poot: tool parser %r reads the %s tool-call format%s", tool_parser_name,
-                codec.name if codec else "(unknown)",
-                "; tool_choice required/named is forced by poot" if codec and codec.can_force else "")
+    if tool_choice_hook_point() is None:
+        return False
+    from vllm.parser import abstract_parser
+
+    return hasattr(abstract_parser, "tool_choice_forced_by_backend")
 
 
 def _wrap_get_parser() -> None:
     from vllm.parser.parser_manager import ParserManager
+
+    from poot_vllm.adapter.tool_forcing import record_tool_parser
 
     def make(orig):
         signature = inspect.signature(orig)
@@ -85,8 +85,8 @@ def _wrap_get_parser() -> None:
                 bound = signature.bind(cls, *args, **kwargs)
                 bound.apply_defaults()
                 a = bound.arguments
-                record_parser(a.get("tool_parser_name"), a.get("enable_auto_tools"), a.get("tokenizer"),
-                              a.get("model_name"))
+                record_tool_parser(a.get("tool_parser_name"), a.get("enable_auto_tools"), a.get("tokenizer"),
+                                   a.get("model_name"))
             except Exception:  # recording must never break server start
                 logger.exception("poot: could not record the tool parser")
             return result
