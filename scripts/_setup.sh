@@ -58,7 +58,7 @@ LAUNCHER
 fi
 
 if [ ! -f "$MODELS_DIR/tiny-llama-spm/config.json" ] || [ ! -f "$MODELS_DIR/tiny-qwen2-bpe/config.json" ] \
-   || [ ! -f "$MODELS_DIR/tiny-qwen2-bpe-think/config.json" ]; then
+   || [ ! -f "$MODELS_DIR/tiny-qwen2-bpe-think/config.json" ] || [ ! -f "$MODELS_DIR/tiny-mistral-spm/config.json" ]; then
   log "building tiny models into $MODELS_DIR"
   "$PY" scripts/make_tiny_models.py "$MODELS_DIR"
 fi

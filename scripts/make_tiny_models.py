@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Build three tiny random-weight chat models that vLLM (CPU) can serve.
+"""Build four tiny random-weight chat models that vLLM (CPU) can serve.
 
-Usage: ``python scripts/make_tiny_models.py OUT_DIR``
+Usage: ``python scripts/make_tiny_models.py OUT_DIR [--only NAME ...]``
 
 Writes ``OUT_DIR/tiny-llama-spm`` (Llama, SentencePiece BPE with byte fallback)
 and ``OUT_DIR/tiny-qwen2-bpe`` (Qwen2, byte-level BPE).  Both use a ChatML chat
@@ -18,6 +18,17 @@ them by id and by text), and a template whose generation prompt opens
 (``<think>\n\n</think>\n\n``, as Qwen3 does).  It also has Llama 3's
 ``<|python_tag|>`` as a special token, so the same server can run vLLM's
 ``llama3_json`` tool parser.
+
+``OUT_DIR/tiny-mistral-spm`` is the Mistral model: a MistralForCausalLM with
+Mistral's own SentencePiece tokenizer (the v3 ``.model`` file that
+``mistral_common`` ships, the one of Mistral-7B-Instruct-v0.3: 32,768 pieces,
+``[INST]``, ``[TOOL_CALLS]``, ``[AVAILABLE_TOOLS]`` ... as control tokens),
+converted to a Hugging Face tokenizer the way the hub's Mistral repositories
+ship it (no ``tokenizer.model.v3`` file, so vLLM's ``tokenizer_mode auto``
+picks the Hugging Face tokenizer), and the chat template ``mistral_common``
+generates for that tokenizer (``[AVAILABLE_TOOLS] [...][/AVAILABLE_TOOLS]``
+before the last ``[INST]``, calls as ``[TOOL_CALLS] [{...}]``).  With
+``--tool-call-parser mistral`` it tests poot's Mistral tool-call forcing.
 
 The models exist so the structured-output backend can be exercised end to end
 with real tokenizers of both families; their output is noise, which is the
@@ -53,6 +64,10 @@ TOKENIZER_PIECES = 3000  # trained vocabulary (before the added chat tokens)
 LLAMA_NAME = "tiny-llama-spm"
 QWEN_NAME = "tiny-qwen2-bpe"
 THINK_NAME = "tiny-qwen2-bpe-think"
+MISTRAL_NAME = "tiny-mistral-spm"
+NAMES = (LLAMA_NAME, QWEN_NAME, THINK_NAME, MISTRAL_NAME)
+#: Mistral-7B-Instruct-v0.3's tokenizer, in mistral_common's package data.
+MISTRAL_TOKENIZER = "mistral_instruct_tokenizer_240323.model.v3"
 
 IM_START, IM_END = "<|im_start|>", "<|im_end|>"
 TOOL_CALL_OPEN, TOOL_CALL_CLOSE = "<tool_call>", "</tool_call>"
@@ -332,6 +347,34 @@ def build_qwen2_bpe_tokenizer(corpus: list[str], think: bool = False):
     return tok
 
 
+def mistral_tokenizer_file() -> Path:
+    """Mistral's v3 SentencePiece model, as installed with vLLM (``mistral_common``'s data)."""
+    import mistral_common
+
+    path = Path(mistral_common.__file__).parent / "data" / MISTRAL_TOKENIZER
+    if not path.exists():
+        raise SystemExit(f"{path} not found: this mistral_common does not ship Mistral's v3 tokenizer")
+    return path
+
+
+def build_mistral_spm_tokenizer(work: Path):
+    """Mistral's own v3 SentencePiece tokenizer as a transformers LlamaTokenizer (as the
+    hub's Mistral-7B-Instruct-v0.3 has it: control tokens special, ``</s>`` EOS, BOS
+    added), with the chat template ``mistral_common`` generates for it."""
+    from mistral_common.integrations.chat_templates.chat_templates import convert_tokenizer_to_chat_template
+    from transformers import LlamaTokenizer
+
+    source = mistral_tokenizer_file()
+    spm_dir = work / "mistral-spm"
+    spm_dir.mkdir()
+    shutil.copy(source, spm_dir / "tokenizer.model")
+    tok = LlamaTokenizer.from_pretrained(str(spm_dir), legacy=False)
+    # bos_token / eos_token as template variables, as in the hub's tokenizer_config.json.
+    tok.chat_template = convert_tokenizer_to_chat_template(source, use_special_token_variables=True)
+    assert "[AVAILABLE_TOOLS]" in tok.chat_template and "[TOOL_CALLS]" in tok.chat_template
+    return tok, spm_dir / "tokenizer.model"
+
+
 def _drop_load_time_keys(config_path: Path) -> None:
     """``from_pretrained`` leaks its own arguments into the saved config."""
     config = json.loads(config_path.read_text())
@@ -349,15 +392,16 @@ def padded_vocab_size(tokenizer_len: int, multiple: int = 64) -> int:
     return -(-tokenizer_len // multiple) * multiple
 
 
-def _save_model(arch: str, tokenizer, out: Path, extra_eos: str) -> None:
+def _save_model(arch: str, tokenizer, out: Path, eos_tokens: tuple[str, ...]) -> None:
     import torch
-    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+    from transformers import (GenerationConfig, LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM,
+                              Qwen2Config, Qwen2ForCausalLM)
 
-    eos_ids = [tokenizer.convert_tokens_to_ids(IM_END), tokenizer.convert_tokens_to_ids(extra_eos)]
+    eos_ids = [tokenizer.convert_tokens_to_ids(t) for t in eos_tokens]
     common = dict(
         MODEL_SHAPE,
         vocab_size=padded_vocab_size(len(tokenizer)),
-        eos_token_id=eos_ids,
+        eos_token_id=eos_ids if len(eos_ids) > 1 else eos_ids[0],
         pad_token_id=tokenizer.pad_token_id,
         rms_norm_eps=1e-6,
         rope_theta=10000.0,
@@ -367,6 +411,10 @@ def _save_model(arch: str, tokenizer, out: Path, extra_eos: str) -> None:
         config = LlamaConfig(**common, bos_token_id=tokenizer.convert_tokens_to_ids("<s>"),
                              tie_word_embeddings=False)
         model_cls = LlamaForCausalLM
+    elif arch == "mistral":
+        config = MistralConfig(**common, bos_token_id=tokenizer.convert_tokens_to_ids("<s>"),
+                               tie_word_embeddings=False, sliding_window=None)
+        model_cls = MistralForCausalLM
     else:
         config = Qwen2Config(**common, bos_token_id=None, tie_word_embeddings=True,
                              use_sliding_window=False)
@@ -374,30 +422,31 @@ def _save_model(arch: str, tokenizer, out: Path, extra_eos: str) -> None:
     torch.manual_seed(SEED)
     model = model_cls(config).to(getattr(torch, DTYPE)).eval()
     model.generation_config = GenerationConfig(
-        eos_token_id=eos_ids, pad_token_id=tokenizer.pad_token_id, bos_token_id=config.bos_token_id)
+        eos_token_id=config.eos_token_id, pad_token_id=tokenizer.pad_token_id, bos_token_id=config.bos_token_id)
     model.save_pretrained(str(out))
 
 
-def build(out_dir: Path) -> list[Path]:
-    """Build the three models under ``out_dir``; return their folders."""
+def build(out_dir: Path, names: tuple[str, ...] = NAMES) -> list[Path]:
+    """Build the models ``names`` (default: all four) under ``out_dir``; return their folders."""
     out_dir.mkdir(parents=True, exist_ok=True)
     corpus = build_corpus()
     made = []
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        for name, make in ((LLAMA_NAME, "llama"), (QWEN_NAME, "qwen2"), (THINK_NAME, "qwen2-think")):
+        for name in (n for n in NAMES if n in names):
             staging = work / name
-            if make == "llama":
-                tok, spm_model = build_llama_spm_tokenizer(corpus, work)
-                extra_eos = "</s>"
+            if name == LLAMA_NAME:
+                (tok, spm_model), arch, eos = build_llama_spm_tokenizer(corpus, work), "llama", (IM_END, "</s>")
+            elif name == MISTRAL_NAME:
+                (tok, spm_model), arch, eos = build_mistral_spm_tokenizer(work), "mistral", ("</s>",)
             else:
-                tok, spm_model = build_qwen2_bpe_tokenizer(corpus, think=make == "qwen2-think"), None
-                extra_eos = "<|endoftext|>"
+                tok, spm_model = build_qwen2_bpe_tokenizer(corpus, think=name == THINK_NAME), None
+                arch, eos = "qwen2", (IM_END, "<|endoftext|>")
             tok.save_pretrained(str(staging))
             _drop_load_time_keys(staging / "tokenizer_config.json")
             if spm_model is not None:  # lets the slow (SentencePiece) tokenizer load too
                 shutil.copy(spm_model, staging / "tokenizer.model")
-            _save_model("llama" if make == "llama" else "qwen2", tok, staging, extra_eos)
+            _save_model(arch, tok, staging, eos)
             final = out_dir / name
             if final.exists():
                 shutil.rmtree(final)
@@ -408,10 +457,11 @@ def build(out_dir: Path) -> list[Path]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("out_dir", type=Path,
-                        help="folder to write tiny-llama-spm/, tiny-qwen2-bpe/ and tiny-qwen2-bpe-think/ into")
+    parser.add_argument("out_dir", type=Path, help="folder to write the models' folders (" + ", ".join(NAMES) + ") into")
+    parser.add_argument("--only", nargs="+", choices=NAMES, metavar="NAME",
+                        help="build only these models (default: all; the others are left as they are)")
     args = parser.parse_args(argv)
-    for path in build(args.out_dir):
+    for path in build(args.out_dir, tuple(args.only or NAMES)):
         size = sum(f.stat().st_size for f in path.iterdir())
         print(f"{path}  ({size / 1e6:.1f} MB)")
     return 0

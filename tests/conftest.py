@@ -13,7 +13,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 MAKE_TINY_MODELS = REPO / "scripts" / "make_tiny_models.py"
-TINY_MODEL_NAMES = ("tiny-llama-spm", "tiny-qwen2-bpe", "tiny-qwen2-bpe-think")
+TINY_MODEL_NAMES = ("tiny-llama-spm", "tiny-qwen2-bpe", "tiny-qwen2-bpe-think", "tiny-mistral-spm")
 
 
 def _script_stamp() -> str:

@@ -11,6 +11,8 @@ it needs no vLLM import.
 
 from __future__ import annotations
 
+import logging
+import sys
 from typing import Any
 
 from poot_vllm.core.constraints import Constraint, Kind
@@ -21,6 +23,8 @@ from poot_vllm.core.tool_calls.forcing import tool_call_spec
 from poot_vllm.core.tool_calls.selection import server_codec
 
 FIELD = "tool_choice"
+
+logger = logging.getLogger("vllm.poot")
 
 
 def _get(obj: Any, key: str) -> Any:
@@ -67,8 +71,65 @@ def requested_tools(request: Any) -> list[tuple[str, Any]] | None:
     return chosen[:1]
 
 
+def record_tool_parser(tool_parser_name: str | None, enable_auto_tools: bool, tokenizer: Any = None,
+                       model_name: str | None = None) -> None:
+    """Remember the codec of the server's ``--tool-call-parser`` (API server, at start).
+
+    Forced calls must be in the format that parser reads back.  Recorded by
+    the ``tool_responses`` hook on stock vLLM, from vLLM's own record on a
+    fork with patches/0003 (:func:`sync_native_tool_parser`).
+    """
+    from poot_vllm.core.tool_calls.selection import codec_for_parser, read_chat_template, record_server_codec
+
+    if not enable_auto_tools or not tool_parser_name:
+        record_server_codec(None)
+        return
+    template = getattr(tokenizer, "chat_template", None) if tokenizer is not None else None
+    if template is None and model_name:
+        try:
+            template = read_chat_template(model_name)
+        except (OSError, ValueError):
+            template = None
+    try:  # which format vLLM's mistral parser reads depends on the vocabulary ([ARGS]: v11+)
+        vocabulary = tokenizer.get_vocab() if tokenizer is not None else None
+    except Exception:
+        vocabulary = None
+    codec = codec_for_parser(tool_parser_name, template, vocabulary)
+    record_server_codec(codec)
+    logger.info("poot: tool parser %r reads the %s tool-call format%s", tool_parser_name,
+                codec.name if codec else "(unknown)",
+                "; tool_choice required/named is forced by poot" if codec and codec.can_force else "")
+
+
+#: The tool parser last read from vLLM's record (patches/0003); a sentinel until read once.
+_UNREAD = object()
+_native_tool_parser: object = _UNREAD
+
+
+def sync_native_tool_parser() -> None:
+    """On a vLLM with patches/0003, record the tool parser vLLM recorded, when it changed.
+
+    vLLM records ``--tool-call-parser`` in ``init_app_state``, after poot
+    registered, and calls nothing of poot's then; so poot reads the record
+    where it needs the codec.  Reads only a loaded module (imports no vLLM):
+    on stock vLLM, or before the API server is set up, there is nothing to read.
+    """
+    global _native_tool_parser
+    protocol = sys.modules.get("vllm.entrypoints.generate.base.protocol")
+    getter = getattr(protocol, "get_server_tool_call_parser", None)
+    if getter is None:
+        return
+    name = getter()
+    if name == _native_tool_parser:
+        return
+    _native_tool_parser = name
+    record_tool_parser(name, enable_auto_tools=name is not None)
+
+
 def forcing_codec(codec: Codec | None = None) -> Codec | None:
-    codec = server_codec() if codec is None else codec
+    if codec is None:
+        sync_native_tool_parser()
+        codec = server_codec()
     return codec if codec is not None and codec.can_force else None
 
 

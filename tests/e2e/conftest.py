@@ -63,6 +63,16 @@ def think_server(request):
 
 
 @pytest.fixture(scope="session")
+def mistral_server(request):
+    """Tiny Mistral with Mistral's own v3 SentencePiece tokenizer (control tokens
+    ``[TOOL_CALLS]``, ``[AVAILABLE_TOOLS]``, ...; the Hugging Face tokenizer, vLLM's
+    ``tokenizer_mode auto`` default) and mistral_common's chat template, with vLLM's
+    ``mistral`` tool parser: the server that tests poot's Mistral tool-call forcing."""
+    yield from _server(request, "tiny-mistral-spm", "sentencepiece",
+                       ("--enable-auto-tool-choice", "--tool-call-parser", "mistral"))
+
+
+@pytest.fixture(scope="session")
 def server(request):
     """The default server: POOT_E2E_URL if given, else the tiny SentencePiece model."""
     ext = external_server()

@@ -21,7 +21,8 @@ import torch  # noqa: E402
 import transformers  # noqa: E402
 
 MAKE_TINY_MODELS = Path(__file__).resolve().parents[2] / "scripts" / "make_tiny_models.py"
-TINY_MODEL_NAMES = ("tiny-llama-spm", "tiny-qwen2-bpe", "tiny-qwen2-bpe-think")
+TINY_MODEL_NAMES = ("tiny-llama-spm", "tiny-qwen2-bpe", "tiny-qwen2-bpe-think")  # the ChatML models
+MISTRAL_NAME = "tiny-mistral-spm"  # Mistral's own tokenizer and template (tests below)
 
 TOOLS = [{
     "type": "function",
@@ -164,7 +165,7 @@ def test_build_is_deterministic(tiny_models_dir, tmp_path):
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     subprocess.run([sys.executable, str(MAKE_TINY_MODELS), str(tmp_path)], check=True, env=env,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    for name in TINY_MODEL_NAMES:
+    for name in TINY_MODEL_NAMES + (MISTRAL_NAME,):
         fresh = _tree_digest(tmp_path / name)
         assert "model.safetensors" in fresh and "tokenizer.json" in fresh
         assert fresh == _tree_digest(tiny_models_dir / name), name
@@ -181,3 +182,74 @@ def test_think_model_has_single_think_tokens_and_a_thinking_template(tiny_models
     off = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False, enable_thinking=False)
     assert on.endswith("<|im_start|>assistant\n<think>\n")
     assert off == on + "\n</think>\n\n"
+
+
+# --- tiny-mistral-spm: Mistral-7B-Instruct-v0.3's tokenizer and mistral_common's template -------------
+def _mistral_common_tokenizer():
+    import mistral_common
+    from mistral_common.tokens.tokenizers.mistral import MistralTokenizer
+
+    return MistralTokenizer.from_file(str(Path(mistral_common.__file__).parent / "data"
+                                          / "mistral_instruct_tokenizer_240323.model.v3"))
+
+
+@pytest.fixture(scope="module")
+def mistral_dir(tiny_models_dir) -> Path:
+    return tiny_models_dir / MISTRAL_NAME
+
+
+def test_mistral_model_has_mistrals_vocabulary_and_control_tokens(mistral_dir):
+    tok = transformers.AutoTokenizer.from_pretrained(str(mistral_dir))
+    config = _read_json(mistral_dir / "config.json")
+    assert config["model_type"] == "mistral" and config["architectures"] == ["MistralForCausalLM"]
+    assert config["vocab_size"] == len(tok) == 32768 and config["eos_token_id"] == tok.eos_token_id == 2
+    controls = {"<s>": 1, "</s>": 2, "[INST]": 3, "[/INST]": 4, "[TOOL_CALLS]": 5, "[AVAILABLE_TOOLS]": 6,
+                "[/AVAILABLE_TOOLS]": 7, "[TOOL_RESULTS]": 8, "[/TOOL_RESULTS]": 9}
+    for text, i in controls.items():
+        assert tok.convert_tokens_to_ids(text) == i and tok.added_tokens_decoder[i].special, text
+    # Pre-v11: no [ARGS], so vLLM's mistral parser reads calls as "[TOOL_CALLS] [{...}]" arrays.
+    assert "[ARGS]" not in tok.get_vocab()
+    # No tokenizer.model.v* / tekken.json: vLLM's tokenizer_mode auto picks the Hugging Face tokenizer.
+    assert not list(mistral_dir.glob("tokenizer.model.v*")) and not (mistral_dir / "tekken.json").exists()
+    reference = _mistral_common_tokenizer().instruct_tokenizer.tokenizer
+    for text in ['[{"name": "get_forecast", "arguments":{"city": "Zürich"}}]', "naïve\n日本 ☃ 😀"]:
+        assert tok.encode(text, add_special_tokens=False) == reference.encode(text, bos=False, eos=False), text
+
+
+def test_mistral_template_encodes_as_mistral_common_does(mistral_dir):
+    """A tool conversation through the model's chat template and Hugging Face
+    tokenizer gives the token ids mistral_common itself encodes it to."""
+    from mistral_common.protocol.instruct.request import ChatCompletionRequest
+
+    tok = transformers.AutoTokenizer.from_pretrained(str(mistral_dir))
+    messages = [
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": None, "tool_calls": [{"id": "abcdefghi", "type": "function", "function": {
+            "name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
+        {"role": "tool", "tool_call_id": "abcdefghi", "content": "sunny"},
+        {"role": "user", "content": "And Oslo?"},
+    ]
+    ids = tok.apply_chat_template(messages, tools=TOOLS, tokenize=True, return_dict=False)
+    expected = _mistral_common_tokenizer().encode_chat_completion(ChatCompletionRequest(messages=messages, tools=TOOLS))
+    assert ids == expected.tokens
+    text = tok.decode(ids)
+    assert text.startswith("<s>[INST] Weather in Paris?[/INST][TOOL_CALLS] [")
+    assert "[AVAILABLE_TOOLS] [" in text and text.endswith("[INST] And Oslo?[/INST]")
+
+
+def test_vllm_reads_mistral_tool_calls_with_this_tokenizer(mistral_dir):
+    """vLLM loads the Hugging Face tokenizer (tokenizer_mode auto), and its mistral
+    tool parser finds [TOOL_CALLS] and takes its pre-v11 (bare JSON array) path."""
+    import vllm.tokenizers as vllm_tokenizers
+    from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+    from vllm.tool_parsers.mistral_tool_parser import MistralToolParser
+
+    tok = vllm_tokenizers.get_tokenizer(str(mistral_dir))
+    assert len(tok) == 32768 and not getattr(tok, "supports_grammar", False)
+    request = ChatCompletionRequest(model="m", messages=[{"role": "user", "content": "hi"}], tools=TOOLS,
+                                    tool_choice="required")
+    parser = MistralToolParser(tok, request.tools)
+    assert parser.bot_token_id == 5
+    info = parser.extract_tool_calls('[{"name": "get_weather", "arguments":{"city": "Paris"}}]', request)
+    assert info.tools_called and [(c.function.name, json.loads(c.function.arguments)) for c in info.tool_calls] \
+        == [("get_weather", {"city": "Paris"})]

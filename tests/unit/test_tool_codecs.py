@@ -464,6 +464,7 @@ def test_impossible_tool_choice_is_a_400_naming_tool_choice(request_, needle):
 @pytest.mark.parametrize("template,model_type,expected", [
     ("... <tool_call> ...", "llama", "hermes"),
     ("{{ '[TOOL_CALLS]' }}", None, "mistral"),
+    ("{{ '[TOOL_CALLS]' + name + '[ARGS]' + args }}", "mistral", "mistral_v11"),
     ("{{- '<|python_tag|>' }}", "llama", "llama3"),
     (None, "qwen2", "hermes"),
     (None, "mixtral", "mistral"),
@@ -495,6 +496,55 @@ def test_tool_parser_choice_cli(tmp_path, monkeypatch, capsys):
     assert main([str(tmp_path)]) == 0 and capsys.readouterr().out.strip() == "mistral"
     (tmp_path / "chat_template.jinja").write_text("{{- '<|python_tag|>' }}")
     assert main([str(tmp_path)]) == 0 and capsys.readouterr().out.strip() == "llama3_json"
+    (tmp_path / "chat_template.jinja").write_text("{{ '[TOOL_CALLS]' + name + '[ARGS]' }}")  # v11+: not forced
+    assert main([str(tmp_path)]) == 1 and "mistral_v11" in capsys.readouterr().err
+
+
+def test_mistral_server_codec_follows_the_vocabulary_then_the_template(tiny_models_dir, monkeypatch):
+    """vLLM's mistral parser reads the bare array poot forces only when the vocabulary
+    has no ``[ARGS]`` (its pre-v11 path); with ``[ARGS]`` poot does not force."""
+    from poot_vllm.adapter.tool_forcing import forcing_codec, record_tool_parser
+    from poot_vllm.core.tool_calls import codec_for_parser
+    from poot_vllm.core.tool_calls.selection import record_server_codec, server_codec
+
+    monkeypatch.delenv("POOT_TOOL_CODEC", raising=False)
+
+    v3 = (tiny_models_dir / "tiny-mistral-spm" / "chat_template.jinja").read_text()
+    v11 = "{{ '[TOOL_CALLS]' + name + '[ARGS]' + arguments }}"
+    assert codec_for_parser("mistral", v3).name == "mistral"
+    assert codec_for_parser("mistral", v11).name == "mistral_v11"
+    assert codec_for_parser("mistral", v3, {"[TOOL_CALLS]": 5, "[ARGS]": 32}).name == "mistral_v11"
+    assert codec_for_parser("mistral", v11, {"[TOOL_CALLS]": 5}).name == "mistral"  # the vocabulary decides
+    assert codec_for_parser("hermes", v11, {"[ARGS]": 32}).name == "hermes"
+    v11_codec = codec_for_parser("mistral", v11)
+    assert not v11_codec.can_force and v11_codec.vllm_parser == "mistral" and forcing_codec(v11_codec) is None
+    assert tool_constraint_for(_request("required"), Limits(), codec=v11_codec) is None
+    # The server records the codec from its tokenizer's vocabulary (API server, at start).
+    before = server_codec()
+    try:
+        for vocabulary, expected in (({"[TOOL_CALLS]": 5, "[ARGS]": 32}, "mistral_v11"), ({"[TOOL_CALLS]": 5}, "mistral")):
+            record_tool_parser("mistral", True, SimpleNamespace(chat_template=v3, get_vocab=lambda v=vocabulary: v))
+            assert server_codec().name == expected
+    finally:
+        record_server_codec(before)
+
+
+def test_vllms_mistral_parser_reads_the_bare_array_only_without_args_in_the_vocabulary(tiny_models_dir):
+    """Why ``mistral_v11`` is not forced: the same forced reply, read by vLLM's mistral
+    parser on Mistral's v3 tokenizer, and on the same tokenizer with ``[ARGS]`` added."""
+    from transformers import AutoTokenizer
+    from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+    from vllm.tool_parsers.mistral_tool_parser import MistralToolParser
+
+    reply = '[{"name": "ping", "arguments":{}}]'
+    request = ChatCompletionRequest(model="m", messages=[{"role": "user", "content": "hi"}], tool_choice="required",
+                                    tools=[{"type": "function", "function": {"name": "ping", "parameters": {}}}])
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_models_dir / "tiny-mistral-spm"))
+    info = MistralToolParser(tokenizer, request.tools).extract_tool_calls(reply, request)
+    assert [c.function.name for c in info.tool_calls] == ["ping"]
+    tokenizer.add_special_tokens({"additional_special_tokens": ["[ARGS]"]})
+    info = MistralToolParser(tokenizer, request.tools).extract_tool_calls(reply, request)
+    assert not info.tools_called and info.content == reply
 
 
 # --- the response hook against vLLM's real parser classes -------------------------
@@ -645,6 +695,60 @@ def test_looped_and_wrapped_dfa_is_the_minimal_dfa_of_the_written_out_regex(name
         reference = regex_to_dfa(tool_call_regex(spec), Limits(max_automaton_bytes=1 << 30))
         assert np.array_equal(built.transitions, reference.transitions)
         assert np.array_equal(built.accepting, reference.accepting)
+
+
+def _stream_through(parser, request, pieces: list[str]) -> tuple[list[tuple[str, str]], str]:
+    """Feed ``pieces`` to a vLLM tool parser as streaming deltas; the assembled (name, arguments) and content."""
+    calls, content, previous = {}, "", ""
+    for delta in pieces:
+        message = parser.extract_tool_calls_streaming(previous, previous + delta, delta, [], [], [], request)
+        previous += delta
+        if message is None:
+            continue
+        content += message.content or ""
+        for tc in message.tool_calls or []:
+            call = calls.setdefault(tc.index, ["", ""])
+            call[0] += (tc.function.name or "") if tc.function else ""
+            call[1] += (tc.function.arguments or "") if tc.function else ""
+    return [tuple(calls[i]) for i in sorted(calls)], content
+
+
+def test_mistral_streaming_reads_a_forced_reply_cut_anywhere_but_after_the_arguments_key(family_parsers):
+    """vLLM's mistral streaming parser on a forced reply cut in two at every position.
+
+    Every cut gives the exact calls, but one: a cut right after ``"arguments"``
+    (the next delta starting ``:{``) puts that ``:`` at the start of the call's
+    arguments.  That is vLLM 0.32's parser
+    (``MistralParser._extract_tool_calls_streaming_pre_v11_tokenizer``: ijson
+    reports the key at its closing quote; in ``WAITING_FOR_ARGUMENTS_START`` the
+    delta is passed on up to ``{`` and then used as the arguments' first chunk,
+    only whitespace stripped), on any text with a ``:`` before the arguments.
+    The e2e test (tests/e2e/test_tools_mistral.py) allows that one artefact
+    and nothing else; this test fails if another cut goes wrong.
+    """
+    codec = get_codec("mistral")
+    calls = [("markup", {"<key>": "", "html": "<a>", "tag": 7, "text": "a_b {x}: [y]"}), ("ping", {})]
+    reply = codec.prefix + codec.separator.join(
+        codec.call_head(name) + json.dumps(args, ensure_ascii=False).replace("_", "\\u005f") + codec.call_tail
+        for name, args in calls
+    ) + codec.suffix
+    dfa = compile_automaton(Constraint(Kind.TOOL_CALL, tool_call_spec(MARKUP_TOOLS, parallel=True, codec="mistral")))
+    state = dfa.step(dfa.start, reply.encode())
+    assert state >= 0 and dfa.accepting[state], reply  # the reply is one poot forces
+    key_ends = [m.end() for m in re.finditer(re.escape('"arguments"'), reply)]
+    for cut in range(1, len(reply)):
+        parser, request = family_parsers("mistral", "required")
+        got, content = _stream_through(parser, request, [reply[:cut], reply[cut:]])
+        assert not content and [name for name, _ in got] == [name for name, _ in calls], (cut, got, content)
+        for (name, arguments), (_, expected) in zip(got, calls):
+            if arguments.startswith(":"):
+                assert cut in key_ends, (cut, reply[:cut], got)
+                arguments = arguments[1:]
+            assert json.loads(arguments) == expected, (cut, reply[:cut], got)
+    # One character a delta: the ":" comes alone, so even that cut is read exactly.
+    parser, request = family_parsers("mistral", "required")
+    got, content = _stream_through(parser, request, list(reply))
+    assert not content and [(name, json.loads(arguments)) for name, arguments in got] == calls
 
 
 def test_a_mistral_tool_name_holding_its_marker_is_refused():

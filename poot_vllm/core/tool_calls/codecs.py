@@ -107,6 +107,24 @@ class MistralCodec(Codec):
         return '{"name": ' + json.dumps(name, ensure_ascii=False) + ', "arguments":'
 
 
+class MistralV11Codec(Codec):
+    """Mistral v11+ tokenizers (``[ARGS]`` in the vocabulary): ``[TOOL_CALLS]name[ARGS]{...}``.
+
+    vLLM's mistral parser picks its path by the vocabulary: without ``[ARGS]``
+    it reads the bare array :class:`MistralCodec` forces; with ``[ARGS]`` it
+    reads only calls that start with the ``[TOOL_CALLS]`` control token, and a
+    bare array comes back as content.  poot never lets a model write a control
+    token as content, so it does not force this format: required / named are
+    left to vLLM (as for a model without tool markers).
+    """
+
+    name = "mistral_v11"
+    vllm_parser = "mistral"
+    can_force = False
+    start_marker = "[TOOL_CALLS]"
+    args_marker = "[ARGS]"
+
+
 class Llama3Codec(Codec):
     """Llama 3.1+ JSON calls: ``<|python_tag|>{"name": ..., "parameters": {...}}`` (several joined by ``; ``).
 
@@ -126,7 +144,7 @@ class Llama3Codec(Codec):
         return '{"name": ' + json.dumps(name, ensure_ascii=False) + ', "parameters": '
 
 
-CODECS: dict[str, Codec] = {c.name: c for c in (HermesCodec(), MistralCodec(), Llama3Codec())}
+CODECS: dict[str, Codec] = {c.name: c for c in (HermesCodec(), MistralCodec(), MistralV11Codec(), Llama3Codec())}
 
 
 def get_codec(name: str) -> Codec:

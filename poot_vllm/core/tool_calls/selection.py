@@ -39,6 +39,20 @@ def override() -> Codec | None | str:
     return get_codec(raw)
 
 
+def _mistral_version(codec: Codec, chat_template: str | None, vocabulary=None) -> Codec:
+    """Mistral v11+ (``[ARGS]``) or not: by the vocabulary when known (vLLM's mistral
+    parser decides by it), else by the chat template (v11+ templates write ``[ARGS]``)."""
+    if codec.name != "mistral":
+        return codec
+    v11 = CODECS["mistral_v11"]
+    if vocabulary is not None:
+        try:
+            return v11 if v11.args_marker in vocabulary else codec
+        except TypeError:  # not a container of tokens: decide by the template
+            pass
+    return v11 if v11.args_marker in (chat_template or "") else codec
+
+
 def codec_for(chat_template: str | None, model_type: str | None = None) -> Codec | None:
     """The model's codec from its chat template markers, else its model type (override first)."""
     forced = override()
@@ -47,7 +61,7 @@ def codec_for(chat_template: str | None, model_type: str | None = None) -> Codec
     template = chat_template or ""
     for marker, name in _TEMPLATE_MARKERS:
         if marker in template:
-            return CODECS[name]
+            return _mistral_version(CODECS[name], template)
     name = _MODEL_TYPES.get((model_type or "").lower())
     return CODECS[name] if name else None
 
@@ -76,14 +90,21 @@ def codec_for_model_dir(model_dir: str | Path) -> Codec | None:
     return codec_for(read_chat_template(model_dir), model_type)
 
 
-def codec_for_parser(parser_name: str | None, chat_template: str | None = None) -> Codec | None:
-    """The codec whose text a vLLM tool parser reads (``poot``: the model's own)."""
+def codec_for_parser(parser_name: str | None, chat_template: str | None = None, vocabulary=None) -> Codec | None:
+    """The codec whose text a vLLM tool parser reads (``poot``: the model's own).
+
+    ``vocabulary`` (the tokenizer's tokens, any container) tells which of its
+    formats vLLM's mistral parser reads: with ``[ARGS]`` only the v11+
+    control-token format, which poot does not force.  Without it, the chat
+    template tells.
+    """
     if not parser_name:
         return None
     if parser_name == "poot":
-        return codec_for(chat_template)
+        codec = codec_for(chat_template)
+        return _mistral_version(codec, chat_template, vocabulary) if codec is not None else None
     name = _PARSERS.get(parser_name)
-    return CODECS[name] if name else None
+    return _mistral_version(CODECS[name], chat_template, vocabulary) if name else None
 
 
 # --- this server (API-server process) ---------------------------------------
