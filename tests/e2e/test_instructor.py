@@ -13,7 +13,10 @@ Not here, on purpose: ``Mode.PARALLEL_TOOLS`` sends ``tool_choice: "auto"``
 (the model may answer in prose; no backend forces a call) and ``Mode.JSON`` /
 ``MD_JSON`` put the schema only in the prompt (the server enforces JSON, not
 the schema): both depend on the model following instructions, which a
-random-weight model does not.
+random-weight model does not.  Nor ``create_iterable``: its wrapper's
+``tasks`` field is optional, so ``{}`` is a valid reply, and instructor's
+streamed reader (``IterableBase.tasks_from_chunks``) then yields ``{}`` as
+one item, which fails validation whatever the server does.
 """
 
 from __future__ import annotations
@@ -31,8 +34,6 @@ from tests.e2e.server import REPO
 sys.path.insert(0, str(REPO / "tests" / "clients"))
 import instructor_app  # noqa: E402 - the app's models (it imports instructor only when run)
 
-#: Cases whose value is an ``Owner``; ``json_schema_iterable`` gives ``{"tasks": [Task, ...]}``.
-OWNER_CASES = [c for c in instructor_app.CASES if c != "json_schema_iterable"]
 
 
 def _clients_python() -> Path:
@@ -67,12 +68,6 @@ def _ok(results, case) -> dict:
     return line["value"]
 
 
-@pytest.mark.parametrize("case", OWNER_CASES)
+@pytest.mark.parametrize("case", instructor_app.CASES)
 def test_instructor_returns_the_model(results, case):
     instructor_app.Owner.model_validate(_ok(results, case))
-
-
-def test_instructor_iterable(results):
-    value = _ok(results, "json_schema_iterable")
-    for task in value["tasks"]:
-        instructor_app.Task.model_validate(task)

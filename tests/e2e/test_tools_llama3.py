@@ -16,24 +16,8 @@ import json
 import jsonschema
 import pytest
 
-FORECAST = {
-    "type": "object",
-    "properties": {
-        "city": {"enum": ["Paris", "Oslo", "Zürich"]},
-        "days": {"type": "integer", "minimum": 1, "maximum": 7},
-        "note": {"type": "string", "maxLength": 8},
-    },
-    "required": ["city", "days"],
-    "additionalProperties": False,
-}
-CLOCK = {
-    "type": "object",
-    "properties": {"zone": {"enum": ["UTC", "CET"]}, "h24": {"type": "boolean"}},
-    "required": ["zone", "h24"],
-    "additionalProperties": False,
-}
-SCHEMAS = {"get_forecast": FORECAST, "get_clock": CLOCK}
-TOOLS = [{"type": "function", "function": {"name": n, "description": n, "parameters": s}} for n, s in SCHEMAS.items()]
+from tests.e2e.tool_schemas import FORECAST, SCHEMAS, TOOLS
+
 NO_THINKING = {"chat_template_kwargs": {"enable_thinking": False}}
 
 

@@ -15,31 +15,14 @@ schema-valid call is the constraint at work.
 from __future__ import annotations
 
 import json
-from typing import Literal
 
 import jsonschema
 import openai
 import pytest
-from pydantic import BaseModel, Field
 
-FORECAST = {
-    "type": "object",
-    "properties": {
-        "city": {"enum": ["Paris", "Oslo", "Zürich"]},
-        "days": {"type": "integer", "minimum": 1, "maximum": 7},
-        "note": {"type": "string", "maxLength": 8},
-    },
-    "required": ["city", "days"],
-    "additionalProperties": False,
-}
-CLOCK = {
-    "type": "object",
-    "properties": {"zone": {"enum": ["UTC", "CET"]}, "h24": {"type": "boolean"}},
-    "required": ["zone", "h24"],
-    "additionalProperties": False,
-}
-SCHEMAS = {"get_forecast": FORECAST, "get_clock": CLOCK}
-TOOLS = [{"type": "function", "function": {"name": n, "description": n, "parameters": s}} for n, s in SCHEMAS.items()]
+from tests.clients.client_models import GetWeather, Remember
+from tests.e2e.tool_schemas import SCHEMAS, TOOLS
+
 MESSAGES = [{"role": "user", "content": "Weather?"}]
 
 
@@ -184,20 +167,6 @@ def test_named_streamed_call_is_the_non_streamed_call(client, name, seed):
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_required_streamed_calls_are_the_non_streamed_calls(client, seed):
     assert _check_streamed_against_plain(client, tool_choice="required", temperature=1.0, seed=seed)
-
-
-class GetWeather(BaseModel):
-    """Weather in a city for the next days."""
-
-    city: Literal["Paris", "Oslo", "Zürich"]
-    days: int = Field(ge=1, le=7)
-
-
-class Remember(BaseModel):
-    """Remember a short note."""
-
-    note: str = Field(max_length=16)
-    urgent: bool = False
 
 
 @pytest.mark.parametrize("tool_choice", ["required", _named("Remember")], ids=["required", "named"])
