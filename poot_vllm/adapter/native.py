@@ -7,7 +7,11 @@ with ``0002`` it has a request hook point
 with ``0003`` that module also takes a tool-choice hook (a backend that forces
 ``tool_choice`` itself: ``register_tool_choice_hook``, and the server's tool
 parser, ``get_server_tool_call_parser``) and final-output hooks for whole
-replies (``register_final_output_hook``).
+replies (``register_final_output_hook``); with ``0004`` it runs server-start
+hooks (``register_server_start_hook``: the vocabulary and reasoning set-up,
+once per API-server process) and sampling-params hooks
+(``register_sampling_params_hook``: budget admission in the request handler,
+so a refusal is a 400 before a streamed response starts).
 Where they exist, poot registers through them and the runtime hooks for those
 areas stay off (each hook's ``seam_present()`` says so); elsewhere poot falls
 back to its runtime hooks.  Detection is by feature, never by version.
@@ -58,6 +62,18 @@ def final_output_hook_point() -> Any | None:
     return protocol if protocol is not None and hasattr(protocol, "register_final_output_hook") else None
 
 
+def server_start_hook_point() -> Any | None:
+    """The request hook point's module if it runs server-start hooks (patch 0004)."""
+    protocol = request_hook_point()
+    return protocol if protocol is not None and hasattr(protocol, "register_server_start_hook") else None
+
+
+def sampling_params_hook_point() -> Any | None:
+    """The request hook point's module if it takes sampling-params hooks (patch 0004)."""
+    protocol = request_hook_point()
+    return protocol if protocol is not None and hasattr(protocol, "register_sampling_params_hook") else None
+
+
 def validate_request(sampling_params: Any, model_config: Any, tokenizer: Any) -> None:
     """The registry's validator: poot's full check of a request (API server).
 
@@ -66,11 +82,12 @@ def validate_request(sampling_params: Any, model_config: Any, tokenizer: Any) ->
     The same checks as the runtime ``sampling_validation`` hook, budget
     admission included (the shortest conforming reply must fit ``max_tokens``).
     """
-    from poot_vllm.adapter.validation import admit, record_from_validation, validate_for_poot, vocab_size
+    from poot_vllm.adapter.validation import admit, admitted, record_from_validation, validate_for_poot, vocab_size
 
     validate_for_poot(sampling_params.structured_outputs, vocab_size(model_config))
     record_from_validation(model_config, tokenizer)
-    admit(sampling_params)
+    if not admitted(sampling_params):  # the sampling-params hook (patch 0004) admits in the request handler
+        admit(sampling_params)
 
 
 def structured_outputs_hook(request: Any, structured_outputs: Any) -> Any:
@@ -107,6 +124,32 @@ def final_output_hook(request: Any, output: Any, tokenizer: Any) -> Any:
     return adjust_outputs(output, request, tokenizer)
 
 
+def server_start_hook(vllm_config: Any, tokenizer: Any) -> None:
+    """The server-start hook (patch 0004): record the vocabulary for budget
+    admission and the reasoning end marker's length, in each API-server process."""
+    from poot_vllm.adapter.server_state import record_reasoning_config
+    from poot_vllm.adapter.validation import record_from_validation
+
+    record_reasoning_config(getattr(vllm_config, "reasoning_config", None))
+    model_config = getattr(vllm_config, "model_config", None)
+    if tokenizer is not None and model_config is not None:
+        record_from_validation(model_config, tokenizer)
+
+
+def sampling_params_hook(request: Any, sampling_params: Any) -> Any:
+    """The sampling-params hook (patch 0004): budget admission in the request handler.
+
+    A 400 before the engine is asked and before a streamed response starts,
+    with the request's own ``max_tokens`` field named, and the reasoning
+    capped so that the shortest conforming reply fits after it
+    (``include_reasoning``: see :func:`~poot_vllm.adapter.validation.admit`).
+    """
+    from poot_vllm.adapter.validation import admit, max_tokens_field
+
+    admit(sampling_params, max_tokens_field(request), reasoning_first=getattr(request, "include_reasoning", True))
+    return sampling_params
+
+
 def server_backend() -> str | None:
     """The structured-output backend the API server recorded (patch 0002), if any."""
     protocol = request_hook_point()
@@ -117,7 +160,7 @@ def server_backend() -> str | None:
 def register() -> dict[str, bool]:
     """Register through every native seam present; returns seam -> registered."""
     registered = {"backend registry": False, "request hook": False, "tool-choice hook": False,
-                  "final-output hook": False}
+                  "final-output hook": False, "server-start hook": False, "sampling-params hook": False}
     registry = backend_registry()
     if registry is not None:
         registry.register_structured_output_backend(BACKEND_NAME, BACKEND_FACTORY, BACKEND_VALIDATOR)
@@ -147,6 +190,8 @@ def _register_request_hooks(protocol: Any) -> None:
         ("request hook", "register_structured_outputs_hook", structured_outputs_hook),
         ("tool-choice hook", "register_tool_choice_hook", tool_choice_hook),
         ("final-output hook", "register_final_output_hook", final_output_hook),
+        ("server-start hook", "register_server_start_hook", server_start_hook),
+        ("sampling-params hook", "register_sampling_params_hook", sampling_params_hook),
     )
     for seam, register_name, hook in seams:
         register_hook = getattr(protocol, register_name, None)

@@ -96,5 +96,12 @@ def record_reasoning_end_tokens(count: int | None) -> None:
     _reasoning_end_tokens = count
 
 
+def record_reasoning_config(reasoning_config) -> None:
+    """Record the end marker's length from the engine's ``ReasoningConfig`` (None: no reasoning parser)."""
+    if reasoning_config is not None and getattr(reasoning_config, "enabled", False) \
+            and reasoning_config.reasoning_end_token_ids:
+        record_reasoning_end_tokens(len(reasoning_config.reasoning_end_token_ids))
+
+
 def reasoning_end_tokens() -> int | None:
     return _reasoning_end_tokens

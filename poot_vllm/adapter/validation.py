@@ -109,6 +109,13 @@ def admit(params: Any, field: str = "max_tokens", reasoning_first: bool | None =
         return  # a constraint the validation refuses anyway
     if reasoning_first:
         _leave_room_after_reasoning(params, constraint, vocab, limits)
+    so._poot_admitted = True  # the engine-side validation need not check again
+
+
+def admitted(params: Any) -> bool:
+    """Whether :func:`admit` already checked these ``SamplingParams`` (in the request handler)."""
+    so = getattr(params, "structured_outputs", None)
+    return bool(getattr(so, "_poot_admitted", False))
 
 
 def _leave_room_after_reasoning(params: Any, constraint: Any, vocab: Any, limits: Any) -> None:

@@ -99,7 +99,13 @@ DETECTED_NAMES = {
     "vllm/entrypoints/generate/base/protocol.py": (
         "register_structured_outputs_hook", "apply_structured_outputs_hooks", "get_structured_outputs_server_backend",
         "register_tool_choice_hook", "tool_choice_forced_by_backend", "get_server_tool_call_parser",
-        "register_final_output_hook", "apply_final_output_hooks"),
+        "register_final_output_hook", "apply_final_output_hooks",
+        "register_server_start_hook", "run_server_start_hooks", "register_sampling_params_hook",
+        "apply_sampling_params_hooks"),
+    "vllm/entrypoints/launchers/api_server/app_state.py": ("run_server_start_hooks",),
+    "vllm/entrypoints/openai/chat_completion/protocol.py": ("apply_sampling_params_hooks",),
+    "vllm/entrypoints/openai/completion/protocol.py": ("apply_sampling_params_hooks",),
+    "vllm/parser/mistral.py": ("_first_arguments_chunk",),
     "vllm/parser/abstract_parser.py": ("tool_choice_forced_by_backend",),
     "vllm/entrypoints/openai/chat_completion/serving.py": ("apply_final_output_hooks",),
     "vllm/entrypoints/openai/completion/serving.py": ("apply_final_output_hooks",),
@@ -193,17 +199,21 @@ def test_check_patches_reports_a_moved_seam(tmp_path):
 
 def test_stock_vllm_has_no_native_seam():
     from poot_vllm.adapter import native
-    from poot_vllm.adapter.patches import (config_backend, engine_manager, leading_space, request_fields,
-                                           sampling_validation, tool_responses)
+    from poot_vllm.adapter.patches import (app_state, budget_admission, config_backend, engine_manager,
+                                           leading_space, mistral_streaming, request_fields, sampling_validation,
+                                           tool_responses)
 
     if native.backend_registry() is not None:
         pytest.skip("the installed vLLM carries patches/ (a fork): this test checks a stock vLLM")
     assert native.request_hook_point() is None
     assert native.tool_choice_hook_point() is None and native.final_output_hook_point() is None
-    for hook in (config_backend, engine_manager, request_fields, sampling_validation, tool_responses, leading_space):
+    assert native.server_start_hook_point() is None and native.sampling_params_hook_point() is None
+    for hook in (app_state, budget_admission, config_backend, engine_manager, request_fields, sampling_validation,
+                 tool_responses, mistral_streaming, leading_space):
         assert hook.seam_present() is False, hook.__name__
     assert native.register() == {"backend registry": False, "request hook": False, "tool-choice hook": False,
-                                 "final-output hook": False}
+                                 "final-output hook": False, "server-start hook": False,
+                                 "sampling-params hook": False}
 
 
 def test_describe_paths_names_the_path_and_each_hook():
@@ -251,6 +261,44 @@ _CHILD = textwrap.dedent(
     import os
     from transformers import AutoTokenizer
     tokenizer = AutoTokenizer.from_pretrained(os.environ["TINY_MODEL"])
+
+    # patches/0004, server-start hook: the vocabulary and the reasoning marker before any request.
+    from types import SimpleNamespace
+    from vllm.entrypoints.generate.base import protocol
+    from poot_vllm.adapter.server_state import reasoning_end_tokens
+    from poot_vllm.core.budget import SERVER_VOCABULARY
+    engine_config = SimpleNamespace(
+        model_config=ModelConfig(),
+        reasoning_config=SimpleNamespace(enabled=True, reasoning_end_token_ids=[7, 8, 9]))
+    protocol.set_structured_outputs_server_backend("xgrammar")
+    protocol.run_server_start_hooks(engine_config, tokenizer)
+    out["start_xgrammar"] = {"reasoning_end": reasoning_end_tokens(), "vocab": SERVER_VOCABULARY.get() is not None}
+    protocol.set_structured_outputs_server_backend("poot")
+    protocol.run_server_start_hooks(engine_config, tokenizer)
+    out["start_poot"] = {"reasoning_end": reasoning_end_tokens(), "vocab": SERVER_VOCABULARY.get() is not None}
+
+    # patches/0004, sampling-params hook: admission in to_sampling_params (before a stream starts).
+    from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest as Chat
+    from vllm.entrypoints.openai.completion.protocol import CompletionRequest as Completion
+
+    def sampling(cls, server_backend, effective, **fields):
+        protocol.set_structured_outputs_server_backend(server_backend)
+        body = {"model": "m", "stream": True, **fields}
+        body.setdefault("messages" if cls is Chat else "prompt",
+                        [{"role": "user", "content": "hi"}] if cls is Chat else "hi")
+        try:
+            params = cls(**body).to_sampling_params(effective, {})
+        except VLLMValidationError as exc:
+            return {"error": str(exc), "param": exc.parameter}
+        return {"thinking_token_budget": params.thinking_token_budget,
+                "admitted": getattr(params.structured_outputs, "_poot_admitted", False)}
+
+    out["sp_chat_too_small"] = sampling(Chat, "poot", 2, max_completion_tokens=2, guided_regex="[a-z]{40}")
+    out["sp_completion_too_small"] = sampling(Completion, "poot", 2, max_tokens=2, guided_regex="[a-z]{40}")
+    out["sp_fits"] = sampling(Chat, "poot", 100, guided_regex="[a-z]{40}")
+    out["sp_fits_no_reasoning"] = sampling(Chat, "poot", 100, guided_regex="[a-z]{40}", include_reasoning=False)
+    out["sp_xgrammar"] = sampling(Chat, "xgrammar", 2, guided_regex="[a-z]{40}")
+    protocol.set_structured_outputs_server_backend("poot")
 
     def validate(max_tokens=16, **so):
         params = SamplingParams(max_tokens=max_tokens, structured_outputs=StructuredOutputsParams(**so))
@@ -332,6 +380,11 @@ _CHILD = textwrap.dedent(
     out["finish_reason_seam"] = any(hasattr(m, "tool_choice_forced_by_backend")
                                     for m in (chat_serving, tool_calls_utils))
 
+    # patches/0005: vLLM's Mistral parser streams arguments without the key's colon.
+    from tests.unit.mistral_stream import SPLIT_AFTER_KEY, stream_mistral_call
+    mistral_tokenizer = AutoTokenizer.from_pretrained(os.environ["TINY_MISTRAL"])
+    out["mistral_split_after_key"] = stream_mistral_call(mistral_tokenizer, SPLIT_AFTER_KEY)
+
     # patches/0003, final-output hook: a whole reply poot constrained drops the word marker's space.
     from types import SimpleNamespace
     def final_text(server_backend, echo=False, **fields):
@@ -411,6 +464,7 @@ def patched(tmp_path_factory, tiny_models_dir):
         "PYTHONPATH": os.pathsep.join([str(out_dir), str(REPO)]),
         "POOT_DISABLE_HOOKS": "1",
         "TINY_MODEL": str(tiny_model),
+        "TINY_MISTRAL": str(tiny_models_dir / "tiny-mistral-spm"),
     })
     lines = [line for line in child.stdout.splitlines() if line.startswith("RESULT ")]
     assert child.returncode == 0 and lines, child.stdout[-3000:] + child.stderr[-5000:]
@@ -429,7 +483,7 @@ def test_patched_copy_is_what_python_imports(patched):
 def test_every_seam_is_detected_and_nothing_is_monkeypatched(patched):
     status = patched["status"]
     native = ("config_backend", "app_state", "sampling_validation", "engine_manager", "request_fields",
-              "tool_responses", "leading_space")
+              "budget_admission", "tool_responses", "mistral_streaming", "leading_space")
     for name in native:
         assert status[name] == "native seam", status
     # no seam for these: with POOT_DISABLE_HOOKS=1 they are off
@@ -506,3 +560,37 @@ def test_final_output_hook_drops_the_leading_space_of_constrained_whole_replies(
     assert patched["final_poot_unconstrained"] == " the cat"
     assert patched["final_poot_echo"] == " the cat"
     assert patched["final_xgrammar"] == " the cat"
+
+
+def test_server_start_hook_records_vocabulary_and_reasoning_marker_on_poot_servers(patched):
+    """patches/0004: budget admission knows the vocabulary before the first request, and the
+    reasoning end marker's length (3 tokens here) to keep room for the reply after reasoning."""
+    assert patched["start_xgrammar"] == {"reasoning_end": None, "vocab": False}
+    assert patched["start_poot"] == {"reasoning_end": 3, "vocab": True}
+
+
+def test_sampling_params_hook_refuses_what_cannot_fit_before_a_stream_starts(patched):
+    """patches/0004: ``to_sampling_params`` of a ``stream: true`` request is the 400, naming the
+    field the client sent; on another backend poot does nothing."""
+    assert patched["sp_chat_too_small"]["param"] == "max_completion_tokens", patched["sp_chat_too_small"]
+    assert "max_completion_tokens" in patched["sp_chat_too_small"]["error"]
+    assert patched["sp_completion_too_small"]["param"] == "max_tokens", patched["sp_completion_too_small"]
+    assert patched["sp_xgrammar"] == {"thinking_token_budget": None, "admitted": False}
+
+
+def test_sampling_params_hook_caps_reasoning_so_the_reply_fits(patched):
+    """40 letters and a 3-token end marker in 100 tokens: the reasoning may take at most what is left;
+    with ``include_reasoning: false`` the constraint starts at once, and nothing is capped."""
+    fits = patched["sp_fits"]
+    assert fits["admitted"] and fits["thinking_token_budget"] is not None
+    assert 0 < fits["thinking_token_budget"] <= 100 - 3 - 1, fits
+    assert patched["sp_fits_no_reasoning"] == {"thinking_token_budget": None, "admitted": True}
+
+
+def test_mistral_parser_streams_arguments_without_the_keys_colon(patched):
+    """patches/0005: a delta that ends right after ``"arguments"`` no longer starts the
+    streamed arguments with ``:`` (the same deltas show the artefact on stock vLLM, test_hooks.py)."""
+    result = patched["mistral_split_after_key"]
+    assert result["name"] == "get_weather", result
+    assert json.loads(result["arguments"]) == {"city": "Paris"}, result
+    assert result["recorded"] == [result["arguments"]], result

@@ -46,6 +46,7 @@ HOOK_MODULES = (
     "request_fields",
     "budget_admission",
     "tool_responses",
+    "mistral_streaming",
     "serving_offload",
     "leading_space",
 )

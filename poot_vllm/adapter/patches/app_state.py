@@ -29,36 +29,36 @@ TRIGGERS = (APP_STATE_MODULE,)
 HOOK = Hook(
     name="app_state",
     target=f"{APP_STATE_MODULE}.init_app_state",
-    what="record vllm_config.structured_outputs_config.backend in each API-server process",
+    what="record vllm_config.structured_outputs_config.backend (and the reasoning end marker's length) "
+    "in each API-server process",
     why="API-server processes started by --api-server-count never run vLLM's CLI parser, "
     "so they did not know poot is the backend and served guided_* fields unconstrained",
     versions="0.32.x, 0.33.x",
-    until="vLLM records the server backend itself (patches/0002 does, in init_app_state)",
+    until="vLLM records the server backend itself and runs server-start hooks "
+    "(patches/0002 and 0004, in init_app_state)",
     process="API server (each process of --api-server-count N)",
-    upstream="patches/vllm-0.33/0002-structured-outputs-request-hook.patch (init_app_state records the backend)",
+    upstream="patches/vllm-0.33/0002-structured-outputs-request-hook.patch (init_app_state records the backend), "
+    "0004-server-start-and-sampling-params-hooks.patch (the reasoning set-up)",
 )
 
 
 def seam_present() -> bool:
-    """patches/0002: ``init_app_state`` records the backend for the request hook point."""
-    from poot_vllm.adapter.native import request_hook_point
+    """patches/0002: ``init_app_state`` records the backend for the request hook point;
+    patches/0004: it runs the server-start hooks (poot records the reasoning set-up there)."""
+    from poot_vllm.adapter.native import request_hook_point, server_start_hook_point
 
-    return request_hook_point() is not None
+    return request_hook_point() is not None and server_start_hook_point() is not None
 
 
 def record_from_engine_client(engine_client) -> None:
     """Remember the backend named by the engine client's ``VllmConfig``."""
-    from poot_vllm.adapter.server_state import record_server_backend
+    from poot_vllm.adapter.server_state import record_reasoning_config, record_server_backend
 
     config = getattr(getattr(engine_client, "vllm_config", None), "structured_outputs_config", None)
     backend = getattr(config, "backend", None)
     if backend:
         record_server_backend(backend, from_config=True)
-    from poot_vllm.adapter.server_state import record_reasoning_end_tokens
-
-    reasoning = getattr(getattr(engine_client, "vllm_config", None), "reasoning_config", None)
-    if reasoning is not None and getattr(reasoning, "enabled", False) and reasoning.reasoning_end_token_ids:
-        record_reasoning_end_tokens(len(reasoning.reasoning_end_token_ids))
+    record_reasoning_config(getattr(getattr(engine_client, "vllm_config", None), "reasoning_config", None))
 
 
 def apply() -> None:

@@ -24,10 +24,19 @@ HOOK = Hook(
     what="400 when the shortest conforming reply does not fit max_tokens (or the context left)",
     why="otherwise the reply is cut at max_tokens and does not parse",
     versions="0.32.x, 0.33.x (to_sampling_params); 0.32.x (renderer)",
-    until="vLLM has a request hook point for structured-output plugins (patches/0002)",
+    until="vLLM runs sampling-params and server-start hooks for structured-output plugins (patches/0004)",
     process="API server",
-    upstream="patches/vllm-0.33/0001-structured-output-backend-registry.patch (the registry validator runs admission)",
+    upstream="patches/vllm-0.33/0004-server-start-and-sampling-params-hooks.patch (admission in to_sampling_params; "
+    "the vocabulary from init_app_state)",
 )
+
+
+def seam_present() -> bool:
+    """patches/0004: ``to_sampling_params`` runs the sampling-params hooks and
+    ``init_app_state`` the server-start hooks (poot records the vocabulary there)."""
+    from poot_vllm.adapter.native import sampling_params_hook_point, server_start_hook_point
+
+    return sampling_params_hook_point() is not None and server_start_hook_point() is not None
 
 
 def apply() -> None:

@@ -39,7 +39,7 @@ def apply() -> None:
     from vllm.exceptions import VLLMValidationError
     from vllm.sampling_params import SamplingParams
 
-    from poot_vllm.adapter.validation import admit, record_from_validation, validate_for_poot, vocab_size
+    from poot_vllm.adapter.validation import admit, admitted, record_from_validation, validate_for_poot, vocab_size
 
     def make(orig):
         def _validate_structured_outputs(self, model_config, structured_outputs_config, tokenizer, *args, **kwargs):
@@ -64,7 +64,8 @@ def apply() -> None:
             params._backend_was_auto = False
             # Budget admission (budget_admission.py): vLLM hands us the tokenizer here.
             record_from_validation(model_config, tokenizer)
-            admit(self)
+            if not admitted(self):  # budget_admission.py admitted it in the request handler
+                admit(self)
 
         return _validate_structured_outputs
 
