@@ -24,11 +24,14 @@ Mistral's own SentencePiece tokenizer (the v3 ``.model`` file that
 ``mistral_common`` ships, the one of Mistral-7B-Instruct-v0.3: 32,768 pieces,
 ``[INST]``, ``[TOOL_CALLS]``, ``[AVAILABLE_TOOLS]`` ... as control tokens),
 converted to a Hugging Face tokenizer the way the hub's Mistral repositories
-ship it (no ``tokenizer.model.v3`` file, so vLLM's ``tokenizer_mode auto``
-picks the Hugging Face tokenizer), and the chat template ``mistral_common``
+ship it, and the chat template ``mistral_common``
 generates for that tokenizer (``[AVAILABLE_TOOLS] [...][/AVAILABLE_TOOLS]``
 before the last ``[INST]``, calls as ``[TOOL_CALLS] [{...}]``).  With
 ``--tool-call-parser mistral`` it tests poot's Mistral tool-call forcing.
+The folder also holds the v3 file as ``tokenizer.model.v3``, as the hub's
+repositories do, so ``--tokenizer-mode mistral`` serves it with
+``mistral_common``'s own tokenizer; with no ``consolidated*.safetensors``
+beside it, vLLM's ``tokenizer_mode auto`` still picks the Hugging Face one.
 
 The models exist so the structured-output backend can be exercised end to end
 with real tokenizers of both families; their output is noise, which is the
@@ -446,6 +449,8 @@ def build(out_dir: Path, names: tuple[str, ...] = NAMES) -> list[Path]:
             _drop_load_time_keys(staging / "tokenizer_config.json")
             if spm_model is not None:  # lets the slow (SentencePiece) tokenizer load too
                 shutil.copy(spm_model, staging / "tokenizer.model")
+            if name == MISTRAL_NAME:  # for --tokenizer-mode mistral (mistral_common's tokenizer)
+                shutil.copy(mistral_tokenizer_file(), staging / "tokenizer.model.v3")
             _save_model(arch, tok, staging, eos)
             final = out_dir / name
             if final.exists():

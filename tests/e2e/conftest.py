@@ -73,6 +73,15 @@ def mistral_server(request):
 
 
 @pytest.fixture(scope="session")
+def mistral_common_server(request):
+    """The same tiny Mistral served with ``--tokenizer-mode mistral``: ``mistral_common``'s
+    tokenizer and prompt rendering (what ``tokenizer_mode auto`` picks for the hub's
+    Mistral repositories), with vLLM's ``mistral`` tool parser."""
+    yield from _server(request, "tiny-mistral-spm", "sentencepiece",
+                       ("--tokenizer-mode", "mistral", "--enable-auto-tool-choice", "--tool-call-parser", "mistral"))
+
+
+@pytest.fixture(scope="session")
 def server(request):
     """The default server: POOT_E2E_URL if given, else the tiny SentencePiece model."""
     ext = external_server()
