@@ -20,7 +20,10 @@ from typing import Annotated, Dict, FrozenSet, List, Literal, Optional, Set, Uni
 import jsonschema
 import openai
 import pytest
-from pydantic import AnyUrl, BaseModel, EmailStr, Field, StringConstraints, UrlConstraints
+from pathlib import Path
+
+from pydantic import (UUID4, AnyUrl, Base64Bytes, BaseModel, EmailStr, Field, IPvAnyAddress, IPvAnyNetwork, SecretStr,
+                      StringConstraints, UrlConstraints)
 
 
 class Contact(BaseModel):
@@ -73,7 +76,19 @@ class Expr(BaseModel):
     right: Optional["Expr"] = None
 
 
-MODELS = [Contact, Network, Inventory, Order, Labels, Tags, TreeNode, Expr]
+class Credentials(BaseModel):
+    # Pydantic's own format names (password, binary, path, ipvanyaddress, ipvanynetwork, uuid4, base64):
+    # not JSON Schema formats, so poot serves what Pydantic's types accept (docs/json-schema.md, Formats)
+    secret: Annotated[SecretStr, Field(max_length=8)]
+    blob: Annotated[bytes, Field(max_length=8)]
+    home: Path
+    ip: IPvAnyAddress
+    net: IPvAnyNetwork
+    key_id: UUID4
+    token: Base64Bytes
+
+
+MODELS = [Contact, Network, Inventory, Order, Labels, Tags, TreeNode, Expr, Credentials]
 
 
 @pytest.fixture(scope="module", params=["spm_server", "bpe_server"])
@@ -94,6 +109,20 @@ def test_pydantic_model_replies_validate_with_pydantic(served, model):
         model.model_validate_json(c.message.content)  # Pydantic itself: EmailStr, AnyUrl, IPv6Address, ...
         jsonschema.validate(json.loads(c.message.content), rf["json_schema"]["schema"])  # uniqueItems too
         json.loads(c.message.content, object_pairs_hook=_no_repeated_keys)
+
+
+def _validated_replies(served, name: str, schema: dict, max_tokens: int, n: int) -> list:
+    """The n replies to ``schema`` as ``response_format``, each finished and valid for jsonschema."""
+    server, client = served
+    rf = {"type": "json_schema", "json_schema": {"name": name, "schema": schema}}
+    r = client.chat.completions.create(model=server.model, messages=[{"role": "user", "content": name}],
+                                       max_tokens=max_tokens, n=n, response_format=rf)
+    values = []
+    for c in r.choices:
+        assert c.finish_reason == "stop", c
+        values.append(json.loads(c.message.content))
+        jsonschema.validate(values[-1], schema)
+    return values
 
 
 def _no_repeated_keys(pairs):
@@ -142,7 +171,6 @@ def test_overlapping_one_of_not_and_conditionals_validate(served):
     """An overlapping oneOf (each branch minus the other), 'not', if/then/else and
     dependentRequired, contains and uniqueItems through response_format: every reply validates
     with jsonschema, so it matches exactly one branch, fails 'not' and honours the conditionals."""
-    server, client = served
     schema = {"type": "object", "required": ["n", "role", "tag", "kind", "picks", "uniq"], "additionalProperties": False, "properties": {
         "n": {"oneOf": [{"type": "integer", "minimum": 0, "maximum": 9}, {"type": "integer", "minimum": 5, "maximum": 14}]},
         "role": {"type": "string", "maxLength": 5, "not": {"enum": ["admin", "root"]}},
@@ -155,13 +183,7 @@ def test_overlapping_one_of_not_and_conditionals_validate(served):
         "uniq": {"type": "array", "items": {"type": "string", "maxLength": 4}, "uniqueItems": True, "maxItems": 3}},
         "if": {"properties": {"kind": {"const": "card"}}}, "then": {"required": ["card"]},
         "dependentRequired": {"card": ["cvv"]}}
-    rf = {"type": "json_schema", "json_schema": {"name": "Diff", "schema": schema}}
-    r = client.chat.completions.create(model=server.model, messages=[{"role": "user", "content": "x"}],
-                                       max_tokens=200, n=4, response_format=rf)
-    for c in r.choices:
-        assert c.finish_reason == "stop", c
-        value = json.loads(c.message.content)
-        jsonschema.validate(value, schema)
+    for value in _validated_replies(served, "Diff", schema, max_tokens=200, n=4):
         assert not 5 <= value["n"] <= 9
         assert value["kind"] != "card" or ("card" in value and "cvv" in value)
 
@@ -187,3 +209,25 @@ def test_uri_template_and_internationalized_formats_validate(served):
     for c in r.choices:
         assert c.finish_reason == "stop", c
         jsonschema.validate(json.loads(c.message.content), FORMATS_SCHEMA, format_checker=checker)
+
+
+#: A schema written by hand with identifiers instead of pointers: an ``$anchor``, an embedded ``$id``
+#: resource whose own ``#/$defs/...`` pointer is relative to it, and a ``$ref`` by relative URI.
+ANCHORED_SCHEMA = {
+    "$id": "https://example.com/order.json",
+    "type": "object", "required": ["qty", "ship"], "additionalProperties": False,
+    "properties": {"qty": {"$ref": "#count"}, "ship": {"$ref": "address.json"}},
+    "$defs": {
+        "count": {"$anchor": "count", "type": "integer", "minimum": 1, "maximum": 9},
+        "address": {"$id": "address.json", "type": "object", "required": ["zip"], "additionalProperties": False,
+                    "properties": {"zip": {"$ref": "#/$defs/zip"}},
+                    "$defs": {"zip": {"type": "string", "pattern": "^[0-9]{5}$"}}},
+        "zip": {"type": "boolean"},  # what a root-relative reading of the pointer would wrongly take
+    },
+}
+
+
+def test_anchor_and_id_references_validate(served):
+    # jsonschema (in _validated_replies) resolves the same identifiers
+    for value in _validated_replies(served, "Order", ANCHORED_SCHEMA, max_tokens=80, n=3):
+        assert isinstance(value["ship"]["zip"], str) and len(value["ship"]["zip"]) == 5

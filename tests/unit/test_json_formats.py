@@ -27,7 +27,8 @@ import jsonschema
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from pydantic import AnyUrl, BaseModel, EmailStr, Field, TypeAdapter, UrlConstraints
+from pydantic import (UUID1, UUID4, AnyUrl, Base64Bytes, Base64UrlBytes, BaseModel, EmailStr, Field, IPvAnyAddress,
+                      IPvAnyInterface, IPvAnyNetwork, NameEmail, SecretBytes, SecretStr, TypeAdapter, UrlConstraints)
 from rfc3986_validator import validate_rfc3986
 
 from poot_vllm.core.automata.compilers import regex_to_dfa
@@ -95,6 +96,10 @@ ORACLES: dict[str, Callable[[str], None] | None] = {
     "iri": _iri,
     "iri-reference": lambda s: _iri(s, "IRI_reference"),
     "uri-template": _uri_template,
+    # literal patterns only (a narrowing): Python's re and, where installed, jsonschema's checker
+    "regex": lambda s: re.compile(s) and None,
+    # not a JSON Schema format (jsonschema lets any string pass): served as 'uri'
+    "url": _uri,
 }
 
 
@@ -267,9 +272,66 @@ def test_pydantic_model_schema_compiles_and_samples_validate_with_pydantic():
         Contact.model_validate_json(conformance.sample_regex(regex, rng))
 
 
+class PydanticTypes(BaseModel):
+    """Types whose schema carries one of Pydantic's own format names (not JSON Schema's)."""
+    secret: SecretStr
+    blob: bytes
+    where: Path
+    ip: IPvAnyAddress
+    net: IPvAnyNetwork
+    iface: IPvAnyInterface
+    net4: ipaddress.IPv4Network
+    iface6: ipaddress.IPv6Interface
+    b64: Base64Bytes
+    b64url: Base64UrlBytes
+    contact: NameEmail
+    id1: UUID1
+    id4: UUID4
+    pattern: Annotated[str, Field(json_schema_extra={"format": "regex"})]
+    # max_length counts UTF-8 bytes in Pydantic, characters in JSON Schema: poot writes ASCII here
+    short_blob: Annotated[bytes, Field(max_length=4)]
+    short_secret: Annotated[SecretBytes, Field(max_length=3)]
+
+
+def test_pydantic_format_names_are_served_and_validate_with_pydantic():
+    schema = PydanticTypes.model_json_schema()
+    formats = {p["format"] for p in schema["properties"].values()}
+    assert {"password", "binary", "path", "ipvanyaddress", "base64url", "name-email", "uuid4"} <= formats
+    regex = schema_to_regex(schema)
+    dfa = compile_json_schema(schema)
+    rng = random.Random(11)
+    for _ in range(150):
+        text = conformance.sample_regex(regex, rng)
+        assert dfa.matches(text.encode("utf-8"))
+        PydanticTypes.model_validate_json(text)  # raises on any value Pydantic refuses
+        jsonschema.validate(json.loads(text), schema, format_checker=_CHECKER)
+
+
+@pytest.mark.parametrize("fmt,value,ok", [
+    ("password", "any text, even {}", True), ("binary", "", True), ("path", "/tmp/x y", True),
+    ("ipvanyaddress", "::1", True), ("ipvanyaddress", "10.0.0.1", True), ("ipvanyaddress", "10.0.0.256", False),
+    ("ipvanynetwork", "10.0.0.0/8", False),  # narrowed: a single address (a /32), never host bits after a prefix
+    ("uuid4", "12345678-1234-4234-8234-123456789abc", True), ("uuid4", "12345678-1234-1234-8234-123456789abc", False),
+    ("uuid4", "12345678-1234-4234-c234-123456789abc", False),  # not the RFC 4122 variant: Pydantic sees no version
+    ("base64", "QUJD", True), ("base64", "QQ==", True), ("base64", "QUJDRA", False), ("base64url", "-_-_", True),
+    ("regex", "abc-def", True), ("regex", "a+", False), ("regex", "[x]", False),
+])
+def test_ecosystem_format_values(fmt, value, ok):
+    assert accepts(fmt, value) == ok
+
+
+def test_regex_format_under_tool_forcing_escapes():
+    # tool-call forcing passes escaped="<": a format's text is written raw, so "<" is left out (a narrowing)
+    regex = schema_to_regex({"type": "string", "format": "regex"}, escaped="<")
+    assert not re.fullmatch(regex, '"a<b"') and re.fullmatch(regex, '"a>b"')
+
+
 def test_unsupported_format_and_too_small_uri_bound_are_refused_with_pointer():
-    with pytest.raises(UnsupportedConstruct, match=r"'format' at /properties/x/format"):
-        schema_to_regex({"type": "object", "properties": {"x": {"type": "string", "format": "regex"}}})
+    # an application's own format: its checker may refuse any string poot writes
+    with pytest.raises(UnsupportedConstruct, match=r"'format' at /properties/x/format: format 'ports' is not supported"):
+        schema_to_regex({"type": "object", "properties": {"x": {"type": "string", "format": "ports"}}})
+    with pytest.raises(UnsupportedConstruct, match=r"'format' at /format"):
+        schema_to_regex({"type": "string", "format": "file-path"})  # Pydantic's FilePath looks at the disk
     with pytest.raises(UnsupportedConstruct, match=r"'maxLength' at /maxLength.*maxLength >= \d+"):
         schema_to_regex({"type": "string", "format": "uri", "maxLength": 50})
 

@@ -608,8 +608,61 @@ def test_allof_merges_and_refs():
 
 
 def test_external_refs_refused():
-    with pytest.raises(UnsupportedConstruct, match=r"'\$ref'"):
+    with pytest.raises(UnsupportedConstruct, match=r"'\$ref' at /\$ref: it names another document"):
         schema_to_regex({"$ref": "other.json#/x"})
+    with pytest.raises(UnsupportedConstruct, match=r"never fetches"):
+        schema_to_regex({"$id": "https://example.com/a.json", "$ref": "https://example.com/b.json"})
+    with pytest.raises(UnsupportedConstruct, match=r"no subschema declares '\$anchor': 'nowhere'"):
+        schema_to_regex({"properties": {"a": {"$ref": "#nowhere"}}})
+    # one anchor name on two subschemas of one resource is ambiguous: refused, not a guess
+    twice = {"$defs": {"a": {"$anchor": "x", "type": "null"}, "b": {"$anchor": "x", "type": "boolean"}}, "$ref": "#x"}
+    with pytest.raises(UnsupportedConstruct, match="declares it twice"):
+        schema_to_regex(twice)
+
+
+# Identifiers the document answers itself: anchors and $id resources (JSON Schema's own base-URI rules,
+# with jsonschema's resolver as the oracle in check_table).
+@pytest.mark.parametrize("schema, accept, reject", [
+    # $anchor (2019-09+) and a draft-7 plain-name $id
+    ({"$defs": {"n": {"$anchor": "small", "type": "integer", "maximum": 9}}, "properties": {"a": {"$ref": "#small"}}},
+     ['{"a":9}', '{}'], ['{"a":10}', '{"a":"x"}']),
+    ({"$schema": "http://json-schema.org/draft-07/schema#",
+      "definitions": {"n": {"$id": "#flag", "type": "boolean"}}, "items": {"$ref": "#flag"}, "type": "array"},
+     ['[true,false]', '[]'], ['[1]']),
+    # an embedded resource: its pointers and relative references resolve against its own $id
+    ({"$id": "https://example.com/root.json", "type": "object", "required": ["b"],
+      "properties": {"b": {"$ref": "nested/b.json"}},
+      "$defs": {"B": {"$id": "nested/b.json", "$ref": "#/$defs/inner",
+                      "$defs": {"inner": {"type": "string", "maxLength": 2}}},
+                "inner": {"type": "integer"}}},
+     ['{"b":"ab"}'], ['{"b":1}', '{"b":"abc"}']),
+    # a full URI, a pointer into another resource, and an anchor in another resource
+    ({"$id": "https://example.com/root.json",
+      "properties": {"x": {"$ref": "https://example.com/t.json#/$defs/n"}, "y": {"$ref": "t.json#pos"}},
+      "$defs": {"T": {"$id": "t.json", "$defs": {"n": {"type": "null"},
+                                                "p": {"$anchor": "pos", "type": "integer", "minimum": 1}}}}},
+     ['{"x":null,"y":1}', '{}'], ['{"x":0}', '{"y":0}']),
+    # URN bases (urljoin does not resolve fragments against them)
+    ({"$id": "urn:uuid:deadbeef-1234-0000-0000-4321feebdaed", "properties": {"f": {"$ref": "#/$defs/f"}},
+      "$defs": {"f": {"enum": ["a", "b"]}}},
+     ['{"f":"a"}'], ['{"f":"c"}']),
+    # the same anchor name in two resources is two anchors
+    ({"$id": "https://example.com/r.json", "properties": {"v": {"$ref": "#v"}, "w": {"$ref": "w.json#v"}},
+      "$defs": {"v": {"$anchor": "v", "type": "boolean"},
+                "w": {"$id": "w.json", "$defs": {"v": {"$anchor": "v", "type": "null"}}}}},
+     ['{"v":true,"w":null}'], ['{"v":null}', '{"w":true}']),
+])
+def test_refs_to_anchors_and_ids(schema, accept, reject):
+    check_table(schema, accept, reject)
+    samples_validate(schema)
+
+
+def test_draft7_ignores_an_id_beside_ref():
+    # Draft-07 ignores every sibling of $ref, $id included: "#/definitions/a" is from the document root.
+    schema = {"$schema": "http://json-schema.org/draft-07/schema#",
+              "definitions": {"a": {"type": "integer"}},
+              "properties": {"p": {"$id": "https://example.com/other.json", "$ref": "#/definitions/a"}}}
+    check_table(schema, ['{"p":3}'], ['{"p":"x"}'])
 
 
 # Recursive $ref (issue 14): unrolled to RECURSION_DEPTHS levels, so the constraint stays a DFA.
@@ -752,9 +805,9 @@ def test_pattern_properties_without_listed_keys_emit_matching_free_keys():
         ({"type": "object", "patternProperties": {"a": {}, "b": {}, "c": {}, "d": {}}}, "/patternProperties"),
         ({"type": "integer", "multipleOf": 3}, "/multipleOf"),
         ({"type": "array", "prefixItems": [{}], "contains": {}}, "/contains"),
-        ({"type": "string", "format": "regex"}, "/format"),
+        ({"type": "string", "format": "ports"}, "/format"),
         ({"type": "array", "items": {"$dynamicRef": "#meta"}}, "/items/$dynamicRef"),
-        ({"type": "object", "propertyNames": {"format": "regex"}}, "/propertyNames/format"),
+        ({"type": "object", "propertyNames": {"format": "ports"}}, "/propertyNames/format"),
     ],
 )
 def test_refusals_name_keyword_and_pointer(schema, pointer):

@@ -23,13 +23,14 @@ from typing import Any, Iterable
 
 from poot_vllm.core.errors import ConstraintSyntaxError, LimitExceeded, PootError, UnsupportedConstruct
 from poot_vllm.core.json_schema import decimals
-from poot_vllm.core.json_schema.formats import FORMATS, format_regex
+from poot_vllm.core.json_schema.formats import (ANY_STRING_FORMATS, BYTE_COUNTED_FORMATS, ESCAPE_DEPENDENT, FORMATS,
+                                                format_regex)
 from poot_vllm.core.json_schema import maps
 from poot_vllm.core.json_schema.negation import NegationTooLarge, Negator
 from poot_vllm.core.json_schema.patterns import (PatternError, patterns_disjoint, strings_missing_pattern,
                                                  translate_pattern)
 from poot_vllm.core.json_schema.ranges import integer_range_regex
-from poot_vllm.core.json_schema.refs import cyclic_targets, ref_to_pointer, resolve_pointer
+from poot_vllm.core.json_schema.refs import cyclic_targets, local_refs, ref_to_pointer, resolve_pointer
 from poot_vllm.core.json_schema.whitespace import WHITESPACE_KEY, check_whitespace_pattern
 from poot_vllm.core.json_schema.strings import (JSON_CHAR, NOT_RAW, check_escaped, escaped_set, json_char,
                                                 json_char_regex, spell_escaped)
@@ -233,7 +234,8 @@ class SchemaCompiler:
 
     def __init__(self, root: Any, limits: Limits, escaped: str = "", whitespace: str = WS,
                  recursion: int = RECURSION_DEPTH) -> None:
-        self.root = root
+        #: the document, every ``$ref`` a pointer from its root (anchors and ``$id`` resolved)
+        self.root = root = local_refs(root)
         self.limits = limits
         #: how many times one schema on a reference cycle may be entered on a path (see RECURSION_DEPTH)
         self.recursion = recursion
@@ -1422,6 +1424,14 @@ class SchemaCompiler:
         pattern = schema.get("pattern")
         if fmt is not None and not isinstance(fmt, str):
             raise bad_value("format", pointer, "a string", fmt)
+        char = self.json_char
+        if fmt in ANY_STRING_FORMATS:
+            # Pydantic's names for types that take any string (SecretStr, bytes, Path).  bytes and
+            # SecretBytes measure max_length in UTF-8 bytes, JSON Schema in characters: with a length,
+            # ASCII characters only, where the two counts agree (a narrowing).
+            if fmt in BYTE_COUNTED_FORMATS and (hi is not None or lo > 0):
+                char = json_char_regex(((0x00, 0x7F),), self.escaped) or char
+            fmt = None
         patterns = list(pattern) if isinstance(pattern, AllPatterns) else [] if pattern is None else [pattern]
         if not all(isinstance(p, str) for p in patterns):
             raise bad_value("pattern", pointer, "a string", pattern)
@@ -1432,10 +1442,11 @@ class SchemaCompiler:
             except ValueError as exc:  # maxLength too small for the bounded variant
                 raise refusal("maxLength", pointer, f"format {fmt!r} with maxLength={hi}: {exc}") from None
             if built is None:
-                raise refusal("format", pointer, f"format {fmt!r} is not supported (supported: {', '.join(sorted(FORMATS))})")
+                raise refusal("format", pointer, f"format {fmt!r} is not supported (supported: "
+                                                 f"{', '.join(sorted(FORMATS.keys() | ANY_STRING_FORMATS))})")
             main, cmin, cmax = built
             self.note(pointer, "format", main, 1)
-            if fmt not in ("json-pointer", "relative-json-pointer") and any(c in main for c in self.escaped):
+            if fmt not in ESCAPE_DEPENDENT and any(c in main for c in self.escaped):
                 raise refusal("format", pointer, f"format {fmt!r} cannot be used where {self.escaped!r} must be escaped")
         translated = [self._pattern(p, pointer) for p in patterns]
         if main is None and translated:
@@ -1443,9 +1454,9 @@ class SchemaCompiler:
             main, cmin, cmax = last.regex, last.min_len, last.max_len
             self.note(pointer, "pattern", main, 1)
         if main is None:
-            content = _repeat(self.json_char, lo, hi)
+            content = _repeat(char, lo, hi)
             if hi is not None:
-                self.note(pointer, "maxLength", self.json_char, counted_copies(self.json_char, lo, hi))
+                self.note(pointer, "maxLength", char, counted_copies(char, lo, hi))
             elif lo > 1:
                 self.note(pointer, "minLength", self.json_char, lo)
         else:
@@ -1768,7 +1779,7 @@ def _compile_schema(schema: dict | bool | str, limits: Limits, escaped: str, rec
     compiler = SchemaCompiler(root, limits, escaped, whitespace, recursion)
     try:
         # The root counts as entered once, like a $ref target, when "#" refers back to it.
-        return compiler.compile(root, "", ("",) if "" in compiler.cyclic else ()), compiler
+        return compiler.compile(compiler.root, "", ("",) if "" in compiler.cyclic else ()), compiler
     except RecursionError:
         raise refusal("<nesting>", "", "the schema is nested too deeply") from None
     except LimitExceeded as exc:

@@ -46,6 +46,11 @@ side: fewer strings, every one valid.  docs/json-schema.md lists each choice.
   at most 6 digits per component.
 * ``json-pointer`` (RFC 6901), ``relative-json-pointer``: tokens of raw
   characters (no ``"`` or ``\\``, which would need JSON escapes) and ``~0``/``~1``.
+* ``regex``: a literal (no ECMA-262 syntax character), valid in every dialect.
+* Names outside the specification that Pydantic checks with its own types
+  (``ipvanyaddress``, ``uuid4``, ``base64``, ...; any string for
+  ``password``/``binary``/``path``) and ``url`` as ``uri``; other names
+  are refused, since an application's own checker may refuse anything.
 
 With ``maxLength`` (Pydantic's ``HttpUrl`` writes 2083) ``uri`` and
 ``uri-reference`` are built with bounded host, path, query and fragment (no
@@ -335,6 +340,32 @@ _TEMPLATE_VARSPEC = f"{_TEMPLATE_VARNAME}(?::[1-9][0-9]{{0,2}}|\\*)?"
 #: Level 4 expressions; the reserved operators ``= , ! @ |`` are invalid, as the validator says.
 URI_TEMPLATE = f"(?:{_TEMPLATE_LITERAL}|\\{{[+#./;?&]?{_TEMPLATE_VARSPEC}(?:,{_TEMPLATE_VARSPEC})*\\}})*"
 
+# -- formats the ecosystem emits beyond the JSON Schema list -----------------------------------------
+#: ``format: regex``: a pattern written with no ECMA-262 syntax character (``^$\\.*+?()[]{}|``), so
+#: the text is a literal and compiles in every dialect (jsonschema's check is ``re.compile``): a narrowing.
+_REGEX_EXCLUDED = '"\\\\\\x00-\\x1f^$.*+?()\\[\\]{}|'
+
+
+def regex_literal(escaped: str = "") -> str:
+    """``format: regex`` as literal text (``escaped`` characters never raw)."""
+    extra = "".join("\\" + c if c in "\\]-[^" else c for c in escaped)
+    return f"[^{_REGEX_EXCLUDED}{extra}]*"
+
+
+#: Pydantic's ``UUID1`` ... ``UUID8`` (``format: uuid4``): the version digit, and the RFC 4122 variant
+#: (``8``-``b``), without which ``uuid.UUID.version`` is None and Pydantic refuses the value.
+_UUID_VERSIONED = {f"uuid{v}": f"{_HEX}{{8}}-{_HEX}{{4}}-{v}{_HEX}{{3}}-[89abAB]{_HEX}{{3}}-{_HEX}{{12}}"
+                   for v in range(1, 9)}
+#: Pydantic's ``Base64Bytes``/``Base64Str`` and their URL-safe twins: padded groups of 4 (Python's
+#: decoder refuses a missing ``=``).
+_B64 = "(?:{c}{{4}})*(?:{c}{{2}}==|{c}{{3}}=)?"
+#: Formats with no constraint at all, Pydantic's names for types that accept any string:
+#: ``SecretStr``/``SecretBytes`` (``password``), ``bytes`` (``binary``, UTF-8 in JSON mode) and
+#: ``pathlib.Path`` (``path``; not ``file-path``/``directory-path``/``new-path``, which look at the disk).
+ANY_STRING_FORMATS = frozenset({"password", "binary", "path"})
+#: Of those, the ones whose Pydantic types (``bytes``, ``SecretBytes``) count ``max_length`` in UTF-8 bytes.
+BYTE_COUNTED_FORMATS = frozenset({"password", "binary"})
+
 FORMATS: dict[str, str] = {
     "hostname": HOSTNAME,
     "idn-hostname": IDN_HOSTNAME,
@@ -355,11 +386,29 @@ FORMATS: dict[str, str] = {
     "ipv6": IPV6,
     "json-pointer": json_pointer(),
     "relative-json-pointer": relative_json_pointer(),
+    "regex": regex_literal(),
+    # Not JSON Schema formats (validators ignore them, so any string passes them), but what users
+    # mean by them, and what Pydantic's own types check:
+    "url": URI,
+    "ipvanyaddress": f"(?:{IPV4}|{IPV6})",
+    # IPvAnyNetwork / IPvAnyInterface / IPv4Network ...: a single address is a /32 (/128) network
+    # with no host bits set (Pydantic's networks are strict): the prefix is left out, a narrowing.
+    "ipvanynetwork": f"(?:{IPV4}|{IPV6})",
+    "ipvanyinterface": f"(?:{IPV4}|{IPV6})",
+    "ipv4network": IPV4,
+    "ipv4interface": IPV4,
+    "ipv6network": IPV6,
+    "ipv6interface": IPV6,
+    "name-email": EMAIL,  # Pydantic's NameEmail takes a bare address
+    "base64": _B64.format(c="[A-Za-z0-9+/]"),
+    "base64url": _B64.format(c="[A-Za-z0-9_-]"),
+    **_UUID_VERSIONED,
 }
 #: formats whose regex depends on the characters that must be escaped (negated classes)
-_ESCAPE_DEPENDENT = {"json-pointer": json_pointer, "relative-json-pointer": relative_json_pointer}
+ESCAPE_DEPENDENT = {"json-pointer": json_pointer, "relative-json-pointer": relative_json_pointer,
+                     "regex": regex_literal}
 #: formats poot can build again with a bounded length (for ``maxLength``)
-BOUNDABLE = frozenset({"uri", "uri-reference", "iri", "iri-reference"})
+BOUNDABLE = frozenset({"uri", "uri-reference", "iri", "iri-reference", "url"})
 
 
 def length_range(regex: str) -> tuple[int, int | None]:
@@ -395,7 +444,7 @@ def format_regex(name: str, escaped: str = "", max_len: int | None = None) -> tu
     """
     if name not in FORMATS:
         return None
-    regex = _ESCAPE_DEPENDENT[name](escaped) if name in _ESCAPE_DEPENDENT else FORMATS[name]
+    regex = ESCAPE_DEPENDENT[name](escaped) if name in ESCAPE_DEPENDENT else FORMATS[name]
     if max_len is not None and name in BOUNDABLE:
         lo, hi = length_range(regex)
         if hi is None or hi > max_len:
@@ -415,11 +464,11 @@ def _bounded_uri(name: str, max_len: int) -> str:
     path, query, fragment = 64, 48, 16
     while path >= 2:
         uri, ref = _uri(path, query, fragment)
-        regex = uri if name in ("uri", "iri") else ref
+        regex = uri if name in ("uri", "iri", "url") else ref
         if length_range(regex)[1] <= max_len:  # type: ignore[operator]
             return regex
         path, query, fragment = path // 2, query // 2, max(fragment // 2, 1)
     uri, ref = _uri(2, 1, 1)
-    least = length_range(uri if name in ("uri", "iri") else ref)[1]
+    least = length_range(uri if name in ("uri", "iri", "url") else ref)[1]
     raise ValueError("poot bounds a URI with maxLength by capping host, path, query and fragment; "
                      f"that needs maxLength >= {least} (or no maxLength)")

@@ -1,15 +1,21 @@
-"""Local ``$ref`` resolution: ``#``, ``#/$defs/Name``, ``#/definitions/Name``.
+"""``$ref`` resolution inside the schema document.
 
-Only JSON-pointer fragments into the schema document itself are resolved
-(RFC 6901 escapes ``~0`` ``~1`` and percent-encoding are decoded).  Anything
-else (another document, ``#anchor`` names, ``$id``-relative URIs) is refused,
-because poot cannot fetch or index it exactly.
+The compiler follows JSON-pointer references into the document itself
+(``#``, ``#/$defs/Name``, ``#/definitions/Name``; RFC 6901 escapes ``~0``
+``~1`` and percent-encoding are decoded).  :func:`local_refs` first rewrites
+every other reference that the document itself can answer into that form,
+with the base URIs JSON Schema defines: ``$anchor`` / ``$dynamicAnchor``
+names (``#node``), draft-6/7 plain-name ``$id`` (``"$id": "#node"``), and
+``$id``-identified subschemas (``"$ref": "address.json"``,
+``"address.json#/$defs/street"``, a full URI), including pointers that are
+relative to an embedded resource rather than to the document root.  What
+names another document is refused: poot never fetches a schema.
 """
 
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import unquote
+from urllib.parse import quote, unquote, urldefrag, urljoin
 
 from poot_vllm.core.errors import ConstraintSyntaxError, UnsupportedConstruct
 
@@ -27,10 +33,12 @@ def ref_to_pointer(ref: Any, where: str) -> str:
     if not isinstance(ref, str):
         raise ConstraintSyntaxError(f"'$ref' at {where} must be a string, got {type(ref).__name__}")
     if not ref.startswith("#"):
-        raise _refusal(ref, where, "only local references ('#/$defs/Name') are supported; inline the external schema")
+        raise _refusal(ref, where, "it names another document (no subschema here has that '$id'), and poot never "
+                                   "fetches schemas; inline the schema under '$defs' with that '$id'")
     fragment = unquote(ref[1:])
     if fragment and not fragment.startswith("/"):
-        raise _refusal(ref, where, "anchor references are not supported; use a JSON pointer like '#/$defs/Name'")
+        raise _refusal(ref, where, f"no subschema declares '$anchor': {fragment!r} (or declares it twice); "
+                                   "declare it once, or use a JSON pointer like '#/$defs/Name'")
     return fragment
 
 
@@ -75,6 +83,7 @@ def cyclic_targets(root: Any) -> tuple[str, ...]:
     An over-approximation is harmless (the compiler only keys its cache finer);
     references that name nothing are left for the compiler to report.
     """
+    root = local_refs(root)
     edges: dict[str, list[str]] = {}
     todo = [""]
     while todo:
@@ -104,3 +113,136 @@ def cyclic_targets(root: Any) -> tuple[str, ...]:
             seen.add(t)
             stack.extend(edges.get(t, ()))
     return tuple(sorted(cyclic))
+
+
+#: The base URI of a document without ``$id`` (RFC 3986 needs an absolute base to resolve against;
+#: the ``.invalid`` host names nothing that could ever be fetched).
+DEFAULT_BASE = "https://poot.invalid/schema.json"
+#: Keywords whose value is one schema, a list of schemas, or a map of name -> schema: the
+#: places where ``$id`` and ``$anchor`` identify subschemas (values of other keywords are data).
+_ONE_SCHEMA = ("additionalProperties", "additionalItems", "unevaluatedProperties", "unevaluatedItems", "contains",
+               "propertyNames", "not", "if", "then", "else", "items", "contentSchema")
+_SCHEMA_LISTS = ("allOf", "anyOf", "oneOf", "prefixItems", "items")
+_SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas", "dependencies")
+_OLD_DRAFTS = ("draft-03", "draft-04", "draft-05", "draft-06", "draft-07")
+
+
+def _escape(token: str) -> str:
+    return token.replace("~", "~0").replace("/", "~1")
+
+
+def local_refs(root: Any) -> Any:
+    """``root`` with every ``$ref`` written as a JSON pointer from the document root.
+
+    Returns ``root`` itself when it has no ``$id``/``$anchor`` and only pointer
+    references (the common case: Pydantic, zod, the OpenAI SDK); otherwise a
+    copy in which only the rewritten ``$ref`` values differ.  References the
+    document cannot answer are left as they are, for :func:`ref_to_pointer` to
+    refuse with the reason.
+
+    Draft-07 and older (``$schema`` says so): an ``$id`` beside a ``$ref`` is
+    ignored, as those drafts ignore every sibling of ``$ref``; draft-04's
+    ``id`` is its ``$id``.
+    """
+    if not isinstance(root, dict) or isinstance(root, _Rewritten) or not _needs_rewrite(root):
+        return root
+    schema_uri = root.get("$schema", "")
+    old = isinstance(schema_uri, str) and any(d in schema_uri for d in _OLD_DRAFTS)
+    id_key = "id" if isinstance(schema_uri, str) and ("draft-04" in schema_uri or "draft-03" in schema_uri) else "$id"
+    resources: dict[str, str] = {}  # base URI (no fragment) -> pointer of the resource's root
+    anchors: dict[tuple[str, str], str] = {}  # (base URI, anchor name) -> pointer
+    ambiguous: set[Any] = set()
+    refs: list[tuple[str, str, str]] = []  # (pointer of the schema holding $ref, its base URI, the $ref)
+
+    def define(table: dict, key: Any, pointer: str) -> None:
+        if key in table and table[key] != pointer:
+            ambiguous.add(key)
+        table[key] = pointer
+
+    stack: list[tuple[Any, str, str]] = [(root, "", DEFAULT_BASE)]
+    define(resources, DEFAULT_BASE, "")
+    while stack:
+        node, pointer, base = stack.pop()
+        if not isinstance(node, dict):
+            continue
+        ident = node.get(id_key)
+        if isinstance(ident, str) and not (old and "$ref" in node):
+            if ident.startswith("#"):
+                if ident[1:]:
+                    define(anchors, (base, ident[1:]), pointer)  # draft-6/7 plain-name $id
+            else:
+                uri, fragment = urldefrag(urljoin(base, ident))
+                base = uri
+                define(resources, base, pointer)
+                if fragment:
+                    define(anchors, (base, fragment), pointer)
+        for key in ("$anchor", "$dynamicAnchor"):
+            if isinstance(node.get(key), str):
+                define(anchors, (base, node[key]), pointer)
+        if isinstance(node.get("$ref"), str):
+            refs.append((pointer, base, node["$ref"]))
+        for key in _ONE_SCHEMA:
+            if isinstance(node.get(key), dict):
+                stack.append((node[key], f"{pointer}/{_escape(key)}", base))
+        for key in _SCHEMA_LISTS:
+            if isinstance(node.get(key), list):
+                stack.extend((sub, f"{pointer}/{_escape(key)}/{i}", base) for i, sub in enumerate(node[key]))
+        for key in _SCHEMA_MAPS:
+            if isinstance(node.get(key), dict):
+                stack.extend((sub, f"{pointer}/{_escape(key)}/{_escape(name)}", base)
+                             for name, sub in node[key].items() if isinstance(sub, dict))
+
+    rewrites: dict[str, str] = {}
+    for pointer, base, ref in refs:
+        # urljoin leaves a bare fragment unresolved against non-hierarchical bases (urn:...)
+        uri, fragment = (base, ref[1:]) if ref.startswith("#") else urldefrag(urljoin(base, ref))
+        fragment = unquote(fragment)
+        if uri not in resources or uri in ambiguous:
+            continue  # another document (or one named twice): ref_to_pointer refuses it
+        if fragment.startswith("/") or not fragment:
+            target = resources[uri] + fragment
+        elif (uri, fragment) in anchors and (uri, fragment) not in ambiguous:
+            target = anchors[(uri, fragment)]
+        else:
+            continue
+        new = "#" + quote(target, safe="/~!$&'()*+,;=:@")
+        if new != ref:
+            rewrites[pointer] = new
+    return _with_refs(root, rewrites) if rewrites else root
+
+
+def _needs_rewrite(root: Any) -> bool:
+    """Whether some ``$ref`` might not be a pointer from the document root."""
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            if any(k in node for k in ("$id", "id", "$anchor", "$dynamicAnchor")):
+                return True
+            ref = node.get("$ref")
+            if isinstance(ref, str) and not (ref == "#" or ref.startswith("#/")):
+                return True
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return False
+
+
+class _Rewritten(dict):
+    """A document :func:`local_refs` already rewrote: its pointers are from the root, so a second
+    pass (which would read them relative to embedded ``$id`` resources again) must not run."""
+
+
+def _with_refs(root: Any, rewrites: dict[str, str]) -> Any:
+    """A copy of ``root`` with ``$ref`` replaced at the given pointers (dicts on the paths copied)."""
+    copies: dict[str, Any] = {"": _Rewritten(root)}
+    for pointer, ref in rewrites.items():
+        node, path = copies[""], ""
+        for token in pointer_tokens(pointer):
+            path += "/" + _escape(token)
+            if path not in copies:
+                key: Any = int(token) if isinstance(node, list) else token
+                copies[path] = node[key] = dict(node[key]) if isinstance(node[key], dict) else list(node[key])
+            node = copies[path]
+        node["$ref"] = ref
+    return copies[""]
