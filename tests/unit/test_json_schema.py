@@ -618,6 +618,12 @@ def test_external_refs_refused():
     twice = {"$defs": {"a": {"$anchor": "x", "type": "null"}, "b": {"$anchor": "x", "type": "boolean"}}, "$ref": "#x"}
     with pytest.raises(UnsupportedConstruct, match="declares it twice"):
         schema_to_regex(twice)
+    # a pointer inside a resource whose $id two subschemas declare: which resource is unknowable
+    same_id = {"$defs": {"a": {"$id": "x.json", "$ref": "#/$defs/n", "$defs": {"n": {"type": "null"}}},
+                         "b": {"$id": "x.json", "type": "boolean"}, "n": {"type": "integer"}},
+               "$ref": "#/$defs/a"}
+    with pytest.raises(UnsupportedConstruct, match=r"at /\$defs/a/\$ref: .*two subschemas declare"):
+        schema_to_regex(same_id)
 
 
 # Identifiers the document answers itself: anchors and $id resources (JSON Schema's own base-URI rules,

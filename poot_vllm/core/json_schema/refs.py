@@ -28,10 +28,18 @@ def _refusal(ref: str, where: str, reason: str) -> UnsupportedConstruct:
     return err
 
 
+#: :func:`local_refs` writes this before a ``#...`` reference made inside a subschema whose ``$id`` two
+#: subschemas declare: it cannot tell which resource the reference is relative to.
+AMBIGUOUS_BASE = "poot-ambiguous-base:"
+
+
 def ref_to_pointer(ref: Any, where: str) -> str:
     """The JSON pointer (``""`` for the root) that a local ``$ref`` names."""
     if not isinstance(ref, str):
         raise ConstraintSyntaxError(f"'$ref' at {where} must be a string, got {type(ref).__name__}")
+    if ref.startswith(AMBIGUOUS_BASE):
+        raise _refusal(ref[len(AMBIGUOUS_BASE):], where, "it is relative to an '$id' that two subschemas declare; "
+                                                       "give each subschema its own '$id'")
     if not ref.startswith("#"):
         raise _refusal(ref, where, "it names another document (no subschema here has that '$id'), and poot never "
                                    "fetches schemas; inline the schema under '$defs' with that '$id'")
@@ -197,6 +205,9 @@ def local_refs(root: Any) -> Any:
         # urljoin leaves a bare fragment unresolved against non-hierarchical bases (urn:...)
         uri, fragment = (base, ref[1:]) if ref.startswith("#") else urldefrag(urljoin(base, ref))
         fragment = unquote(fragment)
+        if uri in ambiguous and ref.startswith("#"):
+            rewrites[pointer] = AMBIGUOUS_BASE + ref  # read from the root it would name the wrong schema
+            continue
         if uri not in resources or uri in ambiguous:
             continue  # another document (or one named twice): ref_to_pointer refuses it
         if fragment.startswith("/") or not fragment:
