@@ -22,8 +22,8 @@ import openai
 import pytest
 from pathlib import Path
 
-from pydantic import (UUID4, AnyUrl, Base64Bytes, BaseModel, EmailStr, Field, IPvAnyAddress, IPvAnyNetwork, SecretStr,
-                      StringConstraints, UrlConstraints)
+from pydantic import (UUID4, AnyUrl, Base64Bytes, BaseModel, EmailStr, Field, IPvAnyAddress, IPvAnyNetwork, Json,
+                      SecretStr, StringConstraints, UrlConstraints)
 
 
 class Contact(BaseModel):
@@ -86,6 +86,8 @@ class Credentials(BaseModel):
     net: IPvAnyNetwork
     key_id: UUID4
     token: Base64Bytes
+    # Json[T]: a string holding JSON (contentMediaType + contentSchema) that Pydantic parses and checks
+    retries: Json[Annotated[int, Field(ge=0, le=9)]]
 
 
 MODELS = [Contact, Network, Inventory, Order, Labels, Tags, TreeNode, Expr, Credentials]

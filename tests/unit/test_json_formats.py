@@ -28,7 +28,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import (UUID1, UUID4, AnyUrl, Base64Bytes, Base64UrlBytes, BaseModel, EmailStr, Field, IPvAnyAddress,
-                      IPvAnyInterface, IPvAnyNetwork, NameEmail, SecretBytes, SecretStr, TypeAdapter, UrlConstraints)
+                      IPvAnyInterface, IPvAnyNetwork, Json, NameEmail, SecretBytes, SecretStr, TypeAdapter, UrlConstraints)
 from rfc3986_validator import validate_rfc3986
 
 from poot_vllm.core.automata.compilers import regex_to_dfa
@@ -305,6 +305,51 @@ def test_pydantic_format_names_are_served_and_validate_with_pydantic():
         assert dfa.matches(text.encode("utf-8"))
         PydanticTypes.model_validate_json(text)  # raises on any value Pydantic refuses
         jsonschema.validate(json.loads(text), schema, format_checker=_CHECKER)
+
+
+class _Point(BaseModel):
+    x: Annotated[int, Field(ge=-9, le=9)]
+    label: Annotated[str, Field(max_length=4)]
+
+
+class EmbeddedJson(BaseModel):
+    """Pydantic's ``Json[T]``: a string holding JSON text (contentMediaType + contentSchema)."""
+    count: Json[int]
+    names: Json[list[Annotated[str, Field(max_length=3)]]]
+    point: Json[_Point]
+
+
+def test_json_strings_hold_json_that_pydantic_parses():
+    schema = EmbeddedJson.model_json_schema()
+    assert schema["properties"]["count"]["contentSchema"] == {"type": "integer"}
+    regex = schema_to_regex(schema)
+    dfa = compile_json_schema(schema)
+    rng = random.Random(4)
+    for _ in range(150):
+        text = conformance.sample_regex(regex, rng)
+        assert dfa.matches(text.encode("utf-8"))
+        EmbeddedJson.model_validate_json(text)  # parses each string's JSON and validates it
+        jsonschema.validate(json.loads(text), schema)
+    walk = conformance.sample_dfa(dfa, rng)
+    assert walk is None or EmbeddedJson.model_validate_json(walk)
+    # keys in sorted order, as poot writes them (docs/json-schema.md)
+    assert dfa.matches(b'{"count":"12","names":"[\\"ab\\"]","point":"{\\"label\\":\\"q\\",\\"x\\":-3}"}')
+    assert not dfa.matches(b'{"count":"x","names":"[]","point":"{\\"label\\":\\"\\",\\"x\\":1}"}')
+    assert not dfa.matches(b'{"count":"1","names":"[]","point":"{\\"label\\":\\"\\",\\"x\\":10}"}')
+
+
+def test_json_content_is_an_annotation_inside_not_and_with_an_encoding():
+    # JSON Schema: both keywords are annotations, so 'not' of them rejects every string
+    with pytest.raises(UnsupportedConstruct, match="'not' at /not"):
+        schema_to_regex({"type": "string", "not": {"contentMediaType": "application/json", "contentSchema": {}}})
+    # base64-encoded JSON stays an annotation: any string
+    encoded = {"type": "string", "contentEncoding": "base64", "contentMediaType": "application/json",
+               "contentSchema": {"type": "integer"}}
+    assert accepts_schema(encoded, "not json")
+
+
+def accepts_schema(schema: dict, s: str) -> bool:
+    return compile_json_schema(schema).matches(json.dumps(s).encode("utf-8"))
 
 
 @pytest.mark.parametrize("fmt,value,ok", [

@@ -663,6 +663,34 @@ def test_refs_to_anchors_and_ids(schema, accept, reject):
     samples_validate(schema)
 
 
+@pytest.mark.parametrize("schema, accept, reject", [
+    # positions of different kinds never hold equal values: exact; no item after the tuple (a narrowing)
+    ({"type": "array", "prefixItems": [{"type": "string", "maxLength": 3}, {"type": "integer"}], "uniqueItems": True},
+     ['["a",1]', '["",-2]'], ['["a",1,2]', '["a","a"]', '[1,"a"]']),
+    ({"type": "array", "prefixItems": [{"const": False}, {"type": "null"}, {"enum": [True]}],
+      "items": False, "uniqueItems": True}, ['[false,null,true]'], ['[false,false]', '[false,null,true,true]']),
+    ({"$schema": "http://json-schema.org/draft-07/schema#", "type": "array",
+      "items": [{"type": "object", "maxProperties": 0}, {"type": "array", "maxItems": 0}],
+      "uniqueItems": True, "minItems": 2}, ['[{},[]]'], ['[{}]', '[{},[],1]']),
+])
+def test_unique_items_on_tuples_of_distinct_kinds(schema, accept, reject):
+    check_table(schema, accept, reject)
+    samples_validate(schema)
+
+
+@pytest.mark.parametrize("schema, message", [
+    ({"type": "array", "prefixItems": [{"type": "string"}, {"type": "string"}], "uniqueItems": True},
+     "positions 0 and 1 may hold equal values"),
+    ({"type": "array", "prefixItems": [{"type": "boolean"}, {"const": True}], "uniqueItems": True},
+     "positions 0 and 1 may hold equal values"),
+    ({"type": "array", "prefixItems": [{"type": "string"}], "minItems": 2, "uniqueItems": True},
+     "no item follows the tuple"),
+])
+def test_unique_items_on_tuples_refused_where_values_may_repeat(schema, message):
+    with pytest.raises(UnsupportedConstruct, match=rf"'uniqueItems' at /uniqueItems: .*{message}"):
+        schema_to_regex(schema)
+
+
 def test_draft7_ignores_an_id_beside_ref():
     # Draft-07 ignores every sibling of $ref, $id included: "#/definitions/a" is from the document root.
     schema = {"$schema": "http://json-schema.org/draft-07/schema#",
@@ -805,7 +833,7 @@ def test_pattern_properties_without_listed_keys_emit_matching_free_keys():
 @pytest.mark.parametrize(
     "schema,pointer",
     [
-        ({"type": "object", "properties": {"tags": {"type": "array", "prefixItems": [{}], "uniqueItems": True}}}, "/properties/tags/uniqueItems"),
+        ({"type": "object", "properties": {"tags": {"type": "array", "prefixItems": [{}, {}], "uniqueItems": True}}}, "/properties/tags/uniqueItems"),
         ({"type": "string", "not": {"format": "email"}}, "/not"),
         ({"type": "array", "contains": {}, "unevaluatedItems": False}, "/unevaluatedItems"),
         ({"type": "object", "patternProperties": {"a": {}, "b": {}, "c": {}, "d": {}}}, "/patternProperties"),

@@ -209,8 +209,10 @@ def test_mistral_model_has_mistrals_vocabulary_and_control_tokens(mistral_dir):
         assert tok.convert_tokens_to_ids(text) == i and tok.added_tokens_decoder[i].special, text
     # Pre-v11: no [ARGS], so vLLM's mistral parser reads calls as "[TOOL_CALLS] [{...}]" arrays.
     assert "[ARGS]" not in tok.get_vocab()
-    # No tokenizer.model.v* / tekken.json: vLLM's tokenizer_mode auto picks the Hugging Face tokenizer.
-    assert not list(mistral_dir.glob("tokenizer.model.v*")) and not (mistral_dir / "tekken.json").exists()
+    # tokenizer.model.v3 serves --tokenizer-mode mistral (mistral_common's tokenizer, test_tools_mistral_common.py);
+    # without consolidated*.safetensors vLLM's tokenizer_mode auto still picks the Hugging Face tokenizer.
+    assert [p.name for p in mistral_dir.glob("tokenizer.model.v*")] == ["tokenizer.model.v3"]
+    assert not (mistral_dir / "tekken.json").exists() and not list(mistral_dir.glob("consolidated*.safetensors"))
     reference = _mistral_common_tokenizer().instruct_tokenizer.tokenizer
     for text in ['[{"name": "get_forecast", "arguments":{"city": "Zürich"}}]', "naïve\n日本 ☃ 😀"]:
         assert tok.encode(text, add_special_tokens=False) == reference.encode(text, bos=False, eos=False), text

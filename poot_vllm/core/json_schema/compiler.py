@@ -946,7 +946,7 @@ class SchemaCompiler:
         if t == "array":
             return self._compile_array(schema, pointer, refs, depth)
         if t == "string":
-            return self._compile_string(schema, pointer)
+            return self._compile_string(schema, pointer, refs, depth)
         if t == "integer":
             return self._compile_integer(schema, pointer)
         if t == "number":
@@ -1251,11 +1251,13 @@ class SchemaCompiler:
         if not isinstance(unique, bool):
             raise bad_value("uniqueItems", pointer, "a boolean", unique)
         items = schema.get("items", True)
+        unique_tuple = False
         if unique and (hi is None or hi > 1):
-            if "prefixItems" in schema or isinstance(items, list) or "contains" in schema:
-                raise refusal("uniqueItems", pointer, "uniqueItems with a tuple ('prefixItems') or 'contains' is "
-                                                      "only supported with maxItems <= 1")
-            return self._compile_unique(items, f"{pointer}/items", lo, hi, pointer, refs, depth)
+            if "contains" in schema:
+                raise refusal("uniqueItems", pointer, "uniqueItems with 'contains' is only supported with maxItems <= 1")
+            if "prefixItems" not in schema and not isinstance(items, list):
+                return self._compile_unique(items, f"{pointer}/items", lo, hi, pointer, refs, depth)
+            unique_tuple = True  # checked below, once the positions are compiled
         prefix: list[Any] = []
         prefix_kw = "prefixItems"
         if "prefixItems" in schema:
@@ -1284,6 +1286,12 @@ class SchemaCompiler:
         parts = [self.compile(prefix[i], f"{pointer}/{prefix_kw}/{i}", refs, depth + 1) for i in range(n_prefix)]
         more_lo = lo - n_prefix
         more_hi = None if hi is None else hi - n_prefix
+        if unique_tuple:
+            _distinct_positions(parts, pointer)
+            if more_lo > 0:
+                raise refusal("uniqueItems", pointer, "uniqueItems with a tuple is only supported when no item "
+                                                      "follows the tuple ('minItems' <= the tuple's length)")
+            more_hi = 0  # narrowing: no further item, so none can repeat one of the tuple's
         body = self.comma.join(parts)
         element = None
         if more_hi != 0:
@@ -1415,7 +1423,7 @@ class SchemaCompiler:
         return self.check("\\[" + body + "\\]", pointer)
 
     # strings
-    def _compile_string(self, schema: dict, pointer: str) -> str:
+    def _compile_string(self, schema: dict, pointer: str, refs: tuple[str, ...] = (), depth: int = 0) -> str:
         lo = self._count(schema, "minLength", pointer) or 0
         hi = self._count(schema, "maxLength", pointer)
         if hi is not None and lo > hi:
@@ -1449,6 +1457,9 @@ class SchemaCompiler:
             if fmt not in ESCAPE_DEPENDENT and any(c in main for c in self.escaped):
                 raise refusal("format", pointer, f"format {fmt!r} cannot be used where {self.escaped!r} must be escaped")
         translated = [self._pattern(p, pointer) for p in patterns]
+        embedded = self._embedded_json(schema, pointer, refs, depth)
+        if embedded is not None:
+            translated.append(embedded)
         if main is None and translated:
             last = translated.pop()
             main, cmin, cmax = last.regex, last.min_len, last.max_len
@@ -1468,6 +1479,26 @@ class SchemaCompiler:
                 cmin, cmax = max(cmin, t.min_len), _min_len(cmax, t.max_len)
             content = self._with_lengths(main, lo, hi, cmin, cmax, pointer)
         return self.check(f'"{content}"', pointer)
+
+    def _embedded_json(self, schema: dict, pointer: str, refs: tuple[str, ...], depth: int) -> Any:
+        """``contentMediaType: application/json`` with ``contentSchema`` (Pydantic's ``Json[T]``): the
+        string holds JSON text valid for ``contentSchema``, as a pattern on the decoded string.
+
+        JSON Schema makes both keywords annotations (any string passes), so this is a narrowing;
+        it is what Pydantic checks.  Only where a value is written, never inside ``not``/``oneOf``
+        differences, which read the schema's keywords and treat these two as annotations (exact
+        there too).  With ``contentEncoding`` the text is encoded: left as an annotation."""
+        media = schema.get("contentMediaType")
+        if ("contentSchema" not in schema or "contentEncoding" in schema or not isinstance(media, str)
+                or media.split(";")[0].strip().lower() != "application/json"):
+            return None
+        where = f"{pointer}/contentSchema"
+        try:
+            inner = self.compile(schema["contentSchema"], where, refs, depth + 1)
+            # The inner text is the *decoded* string: translate it like a pattern (escaping '"', '\', controls).
+            return self._pattern(f"^(?:{inner})$", where)
+        except PootError:
+            return None  # what poot cannot build stays an annotation, as JSON Schema reads it
 
     def _pattern(self, pattern: str, pointer: str) -> Any:
         # Cached: 'not' and oneOf differences translate the same negated patterns once per piece.
@@ -1660,6 +1691,53 @@ class SchemaCompiler:
         if n_lo > n_hi:
             raise self._empty("number", lo_kw, hi_kw, pointer, " and 'multipleOf'")
         return self._multiples(n_lo, n_hi, step.numerator * 5**t, t, lo_kw, hi_kw, "number", pointer)
+
+
+#: A JSON value's first character -> a class of values no other class can equal: the string, number,
+#: object and array kinds, and true, false, null each alone (poot never writes ``-0``).
+_VALUE_CLASSES = {'"': "a string", "-": "a number", **{d: "a number" for d in "0123456789"}, "{": "an object",
+                  "[": "an array", "t": "true", "f": "false", "n": "null"}
+
+
+def _distinct_positions(parts: list[str], pointer: str) -> None:
+    """``uniqueItems`` on a tuple: exact when no two positions can hold equal values, which poot
+    knows when their values start with characters of different classes (``[string, integer]``,
+    ``[true, null]``); refused otherwise, naming the two positions."""
+    from poot_vllm.core.regex.parser import parse
+
+    seen: dict[str, int] = {}
+    for i, part in enumerate(parts):
+        classes = {_VALUE_CLASSES.get(chr(c), "?") for lo, hi in _first_chars(parse(part)) for c in range(lo, min(hi, 0x7F) + 1)}
+        for cls in classes:
+            if cls == "?" or cls in seen:
+                which = f"positions {seen[cls]} and {i}" if cls in seen else f"position {i}"
+                raise refusal("uniqueItems", pointer, f"uniqueItems with a tuple: {which} may hold equal "
+                                                      "values; poot serves it when each position holds values of its own "
+                                                      "kind (string, number, object, array, true, false, null)")
+            seen[cls] = i
+
+
+def _first_chars(node: Any) -> cs.CodepointSet:
+    """The characters a match of the regex tree ``node`` may start with."""
+    from poot_vllm.core.automata.counters import nullable
+    from poot_vllm.core.regex import ast
+
+    out: cs.CodepointSet = ()
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, ast.Chars):
+            out = cs.union(out, n.ranges)
+        elif isinstance(n, ast.Alt):
+            stack.extend(n.items)
+        elif isinstance(n, ast.Repeat):
+            stack.append(n.item)
+        elif isinstance(n, ast.Concat):
+            for item in n.items:  # up to the first item that cannot match the empty string
+                stack.append(item)
+                if not nullable(item):
+                    break
+    return out
 
 
 @functools.lru_cache(maxsize=256)
