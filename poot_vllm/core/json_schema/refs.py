@@ -41,8 +41,9 @@ def ref_to_pointer(ref: Any, where: str) -> str:
         raise _refusal(ref[len(AMBIGUOUS_BASE):], where, "it is relative to an '$id' that two subschemas declare; "
                                                        "give each subschema its own '$id'")
     if not ref.startswith("#"):
-        raise _refusal(ref, where, "it names another document (no subschema here has that '$id'), and poot never "
-                                   "fetches schemas; inline the schema under '$defs' with that '$id'")
+        raise _refusal(ref, where, "an external reference: it names another document (no subschema here has "
+                                   "that '$id'); poot resolves local references only and never fetches schemas: "
+                                   "inline the schema under '$defs' with that '$id'")
     fragment = unquote(ref[1:])
     if fragment and not fragment.startswith("/"):
         raise _refusal(ref, where, f"no subschema declares '$anchor': {fragment!r} (or declares it twice); "
