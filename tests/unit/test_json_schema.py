@@ -691,6 +691,45 @@ def test_unique_items_on_tuples_refused_where_values_may_repeat(schema, message)
         schema_to_regex(schema)
 
 
+# $dynamicRef where the dynamic scope cannot change the target (jsonschema's resolver is the oracle)
+_LIST = {"$id": "list", "type": "array", "maxItems": 3, "items": {"$dynamicRef": "#items"},
+         "$defs": {"items": {"$dynamicAnchor": "items"}}}
+
+
+@pytest.mark.parametrize("schema, accept, reject", [
+    # to a plain $anchor: a $ref
+    ({"$id": "https://example.com/r", "type": "array", "items": {"$dynamicRef": "#it"},
+      "$defs": {"it": {"$anchor": "it", "type": "integer"}}}, ['[1,2]', '[]'], ['["a"]']),
+    # the root resource declares the name: it wins wherever the reference sits (the "extensible list")
+    ({"$id": "https://example.com/strings", "$ref": "list",
+      "$defs": {"s": {"$dynamicAnchor": "items", "type": "string", "maxLength": 2}, "list": _LIST}},
+     ['["a","bc"]', '[]'], ['[1]', '["abc"]', '[1,2,3,4]']),
+    # one subschema alone declares it: a $ref (here recursive: a tree)
+    ({"$defs": {"t": {"$id": "https://example.com/t", "$dynamicAnchor": "n", "type": "array", "maxItems": 2,
+                      "items": {"$dynamicRef": "#n"}}}, "$ref": "https://example.com/t"},
+     ['[]', '[[],[[]]]'], ['[1]', '[[],[],[]]']),
+    # beside a $ref, both apply
+    ({"$defs": {"i": {"$anchor": "i", "type": "integer"}, "p": {"minimum": 0}},
+      "$ref": "#/$defs/p", "$dynamicRef": "#i"}, ['0', '7'], ['-1', '1.5', '"a"']),
+])
+def test_dynamic_refs_the_document_answers_alone(schema, accept, reject):
+    check_table(schema, accept, reject)
+    samples_validate(schema)
+
+
+def test_dynamic_refs_that_depend_on_the_path_are_refused():
+    # two resources declare "items" and the root does not: the list's items depend on who referred to it
+    schema = {"$id": "https://example.com/root", "type": "object",
+              "properties": {"s": {"$ref": "strings"}, "n": {"$ref": "numbers"}},
+              "$defs": {"strings": {"$id": "strings", "$ref": "list",
+                                    "$defs": {"i": {"$dynamicAnchor": "items", "type": "string"}}},
+                        "numbers": {"$id": "numbers", "$ref": "list",
+                                    "$defs": {"i": {"$dynamicAnchor": "items", "type": "number"}}},
+                        "list": _LIST}}
+    with pytest.raises(UnsupportedConstruct, match=r"'\$dynamicRef' at .*/items/\$dynamicRef: .*declare it at the root"):
+        schema_to_regex(schema)
+
+
 def test_draft7_ignores_an_id_beside_ref():
     # Draft-07 ignores every sibling of $ref, $id included: "#/definitions/a" is from the document root.
     schema = {"$schema": "http://json-schema.org/draft-07/schema#",

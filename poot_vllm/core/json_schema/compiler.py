@@ -82,7 +82,10 @@ CONDITIONALS = frozenset("if then else dependentRequired dependentSchemas depend
 MAX_ANYOF_PRODUCT = 64
 #: Keywords that constrain values but that poot cannot enforce exactly, and why.
 REFUSED_ANY_TYPE = {
-    "$dynamicRef": "dynamic references are not supported",
+    "$dynamicRef": "a dynamic reference is served where its target cannot depend on the path that reached it: "
+                   "a target in this document that is no '$dynamicAnchor', or a '$dynamicAnchor' name that "
+                   "the root resource declares or that one subschema alone declares; several resources "
+                   "declare this one (or it names another document): declare it at the root, or use '$ref'",
     "$recursiveRef": "recursive references are not supported",
 }
 REFUSED_BY_TYPE = {

@@ -10,6 +10,12 @@ names (``#node``), draft-6/7 plain-name ``$id`` (``"$id": "#node"``), and
 ``"address.json#/$defs/street"``, a full URI), including pointers that are
 relative to an embedded resource rather than to the document root.  What
 names another document is refused: poot never fetches a schema.
+
+``$dynamicRef`` becomes a ``$ref`` where its target cannot depend on the path
+that reached it (a compiled schema has no dynamic scope to consult): when its
+static target is no ``$dynamicAnchor``, when the root resource declares the
+name (the root is always the outermost scope, so it wins), or when a single
+subschema declares it.  Otherwise it stays, and the compiler refuses it.
 """
 
 from __future__ import annotations
@@ -162,12 +168,15 @@ def local_refs(root: Any) -> Any:
     anchors: dict[tuple[str, str], str] = {}  # (base URI, anchor name) -> pointer
     ambiguous: set[Any] = set()
     refs: list[tuple[str, str, str]] = []  # (pointer of the schema holding $ref, its base URI, the $ref)
+    dynamic_refs: list[tuple[str, str, str]] = []  # the same for $dynamicRef
+    dynamic: dict[str, set[tuple[str, str]]] = {}  # $dynamicAnchor name -> {(base URI, pointer)}
 
     def define(table: dict, key: Any, pointer: str) -> None:
         if key in table and table[key] != pointer:
             ambiguous.add(key)
         table[key] = pointer
 
+    root_base = DEFAULT_BASE  # the root resource's URI (its $id, if any, applied below)
     stack: list[tuple[Any, str, str]] = [(root, "", DEFAULT_BASE)]
     define(resources, DEFAULT_BASE, "")
     while stack:
@@ -188,8 +197,14 @@ def local_refs(root: Any) -> Any:
         for key in ("$anchor", "$dynamicAnchor"):
             if isinstance(node.get(key), str):
                 define(anchors, (base, node[key]), pointer)
+        if isinstance(node.get("$dynamicAnchor"), str):
+            dynamic.setdefault(node["$dynamicAnchor"], set()).add((base, pointer))
         if isinstance(node.get("$ref"), str):
             refs.append((pointer, base, node["$ref"]))
+        if isinstance(node.get("$dynamicRef"), str):
+            dynamic_refs.append((pointer, base, node["$dynamicRef"]))
+        if not pointer:
+            root_base = base
         for key in _ONE_SCHEMA:
             if isinstance(node.get(key), dict):
                 stack.append((node[key], f"{pointer}/{_escape(key)}", base))
@@ -201,26 +216,62 @@ def local_refs(root: Any) -> Any:
                 stack.extend((sub, f"{pointer}/{_escape(key)}/{_escape(name)}", base)
                              for name, sub in node[key].items() if isinstance(sub, dict))
 
-    rewrites: dict[str, str] = {}
-    for pointer, base, ref in refs:
+    def static_target(base: str, ref: str) -> tuple[str | None, str, str]:
+        """(the pointer ``ref`` names, or None with the reason in ``ref_to_pointer``'s hands; its
+        document URI; its fragment)."""
         # urljoin leaves a bare fragment unresolved against non-hierarchical bases (urn:...)
         uri, fragment = (base, ref[1:]) if ref.startswith("#") else urldefrag(urljoin(base, ref))
         fragment = unquote(fragment)
-        if uri in ambiguous and ref.startswith("#"):
-            rewrites[pointer] = AMBIGUOUS_BASE + ref  # read from the root it would name the wrong schema
-            continue
         if uri not in resources or uri in ambiguous:
-            continue  # another document (or one named twice): ref_to_pointer refuses it
+            return None, uri, fragment  # another document (or one named twice): ref_to_pointer refuses it
         if fragment.startswith("/") or not fragment:
-            target = resources[uri] + fragment
-        elif (uri, fragment) in anchors and (uri, fragment) not in ambiguous:
-            target = anchors[(uri, fragment)]
-        else:
+            return resources[uri] + fragment, uri, fragment
+        if (uri, fragment) in anchors and (uri, fragment) not in ambiguous:
+            return anchors[(uri, fragment)], uri, fragment
+        return None, uri, fragment
+
+    rewrites: dict[str, dict[str, Any]] = {}  # pointer -> {key: new value, or None to drop the key}
+    for pointer, base, ref in refs:
+        if ref.startswith("#") and base in ambiguous:
+            rewrites[pointer] = {"$ref": AMBIGUOUS_BASE + ref}  # read from the root it would name the wrong schema
             continue
-        new = "#" + quote(target, safe="/~!$&'()*+,;=:@")
+        target, _, _ = static_target(base, ref)
+        if target is None:
+            continue
+        new = _as_ref(target)
         if new != ref:
-            rewrites[pointer] = new
+            rewrites[pointer] = {"$ref": new}
+    for pointer, base, ref in dynamic_refs:
+        target, uri, fragment = static_target(base, ref)
+        if target is None:
+            continue  # the compiler refuses the $dynamicRef
+        if fragment and not fragment.startswith("/") and (uri, target) in dynamic.get(fragment, ()):
+            # The static target is a $dynamicAnchor: the outermost resource of the dynamic scope that
+            # declares one with this name wins.  The root resource is always the outermost; a name
+            # that one subschema alone declares has no rival.  Otherwise the target depends on the
+            # path the evaluation took to get here, which a compiled schema cannot follow.
+            declared = dynamic[fragment]
+            at_root = [p for b, p in declared if b == root_base]
+            if len(at_root) == 1:
+                target = at_root[0]
+            elif at_root or len(declared) > 1:
+                continue  # the compiler refuses the $dynamicRef
+        # a $ref is a JSON pointer now; one beside it (both apply) goes into allOf
+        change: dict[str, Any] = {"$dynamicRef": None}
+        node = resolve_pointer(root, pointer, "")
+        if "$ref" in node:
+            change["allOf"] = [*node.get("allOf", []), {"$ref": _as_ref(target)}] \
+                if isinstance(node.get("allOf", []), list) else None
+            if change["allOf"] is None:
+                continue
+        else:
+            change["$ref"] = _as_ref(target)
+        rewrites.setdefault(pointer, {}).update(change)
     return _with_refs(root, rewrites) if rewrites else root
+
+
+def _as_ref(pointer: str) -> str:
+    return "#" + quote(pointer, safe="/~!$&'()*+,;=:@")
 
 
 def _needs_rewrite(root: Any) -> bool:
@@ -229,7 +280,7 @@ def _needs_rewrite(root: Any) -> bool:
     while stack:
         node = stack.pop()
         if isinstance(node, dict):
-            if any(k in node for k in ("$id", "id", "$anchor", "$dynamicAnchor")):
+            if any(k in node for k in ("$id", "id", "$anchor", "$dynamicAnchor", "$dynamicRef")):
                 return True
             ref = node.get("$ref")
             if isinstance(ref, str) and not (ref == "#" or ref.startswith("#/")):
@@ -245,10 +296,11 @@ class _Rewritten(dict):
     pass (which would read them relative to embedded ``$id`` resources again) must not run."""
 
 
-def _with_refs(root: Any, rewrites: dict[str, str]) -> Any:
-    """A copy of ``root`` with ``$ref`` replaced at the given pointers (dicts on the paths copied)."""
+def _with_refs(root: Any, rewrites: dict[str, dict[str, Any]]) -> Any:
+    """A copy of ``root`` with the given keys replaced (``None``: removed) at the given pointers
+    (dicts on the paths copied)."""
     copies: dict[str, Any] = {"": _Rewritten(root)}
-    for pointer, ref in rewrites.items():
+    for pointer, change in rewrites.items():
         node, path = copies[""], ""
         for token in pointer_tokens(pointer):
             path += "/" + _escape(token)
@@ -256,5 +308,9 @@ def _with_refs(root: Any, rewrites: dict[str, str]) -> Any:
                 key: Any = int(token) if isinstance(node, list) else token
                 copies[path] = node[key] = dict(node[key]) if isinstance(node[key], dict) else list(node[key])
             node = copies[path]
-        node["$ref"] = ref
+        for key, value in change.items():
+            if value is None:
+                node.pop(key, None)
+            else:
+                node[key] = value
     return copies[""]
