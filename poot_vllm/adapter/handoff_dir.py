@@ -18,10 +18,12 @@ import os
 import shutil
 import tempfile
 
+from poot_vllm.core.limits import env_switch
+
 
 def ensure() -> None:
     """Create this server's hand-off directory unless one is named or the hand-off is off."""
-    if os.environ.get("POOT_HANDOFF_DIR") or os.environ.get("POOT_HANDOFF", "1") in ("0", "false", "False", "off"):
+    if os.environ.get("POOT_HANDOFF_DIR") or not env_switch("POOT_HANDOFF", True):
         return
     path = tempfile.mkdtemp(prefix="poot-handoff-")
     os.environ["POOT_HANDOFF_DIR"] = path

@@ -17,8 +17,9 @@ the API server accepts it).  Never set ``POOT_TEST_FAULTS`` in production.
 
 from __future__ import annotations
 
-import os
 from typing import Any
+
+from poot_vllm.core.limits import env_switch
 
 MARKER = "poot-test-fault:"
 OPS = ("compile", "fill", "accept")
@@ -29,7 +30,7 @@ class InjectedFault(RuntimeError):
 
 
 def enabled() -> bool:
-    return os.environ.get("POOT_TEST_FAULTS", "") not in ("", "0", "false", "False")
+    return env_switch("POOT_TEST_FAULTS", False)
 
 
 def faults_in(spec: str) -> frozenset[str]:

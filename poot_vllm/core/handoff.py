@@ -35,6 +35,8 @@ from typing import Any
 
 import numpy as np
 
+from poot_vllm.core.limits import env_switch
+
 logger = logging.getLogger("vllm.poot")
 
 #: Bumped when the file layout changes, so an old file is never misread.
@@ -48,8 +50,7 @@ _hits = 0
 
 
 def enabled() -> bool:
-    return bool(os.environ.get("POOT_HANDOFF_DIR")) and os.environ.get("POOT_HANDOFF", "1") not in (
-        "0", "false", "False", "off")
+    return bool(os.environ.get("POOT_HANDOFF_DIR")) and env_switch("POOT_HANDOFF", True)
 
 
 def _directory() -> Path:

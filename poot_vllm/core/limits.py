@@ -115,9 +115,20 @@ def server_limits() -> Limits:
     return Limits.from_env()
 
 
+#: What turns an on/off ``POOT_*`` switch off (anything else set turns it on).
+OFF_VALUES = ("0", "false", "False", "off")
+
+
+def env_switch(name: str, default: bool) -> bool:
+    """The on/off switch ``name`` from the environment: unset or empty gives ``default``, one of
+    :data:`OFF_VALUES` off, any other value on (one spelling for every switch)."""
+    raw = os.environ.get(name, "")
+    return default if raw == "" else raw not in OFF_VALUES
+
+
 def budget_masks_enabled() -> bool:
     """Budget-aware masks (replies finish inside max_tokens); on unless POOT_BUDGET_MASKS=0."""
-    return os.environ.get("POOT_BUDGET_MASKS", "1") not in ("0", "false", "False", "off")
+    return env_switch("POOT_BUDGET_MASKS", True)
 
 
 _ON_OFF = ("1", "0", "true", "false", "True", "False", "on", "off")

@@ -156,3 +156,27 @@ def test_wrappers_pass_through_arguments_vllm_adds_later():
         wrap(Reshaped, "method", make, expects=("self", "a"))
     with pytest.raises(SeamChanged, match="does not exist"):
         wrap(Reshaped, "gone", make, expects=("self",))
+
+
+@pytest.mark.parametrize("value, default, on", [
+    (None, True, True), ("", True, True), (None, False, False), ("", False, False),
+    ("0", True, False), ("false", True, False), ("False", True, False), ("off", True, False),
+    ("1", False, True), ("on", False, True), ("yes", False, True),
+])
+def test_every_switch_reads_one_spelling(monkeypatch, value, default, on):
+    # POOT_DISABLE_HOOKS=off used to disable the hooks (its off-list lacked "off"); one helper now
+    from poot_vllm.adapter.patches import hooks_disabled
+    from poot_vllm.core import faults, handoff
+    from poot_vllm.core.limits import budget_masks_enabled, env_switch
+
+    for name in ("POOT_BUDGET_MASKS", "POOT_HANDOFF", "POOT_DISABLE_HOOKS", "POOT_TEST_FAULTS"):
+        if value is None:
+            monkeypatch.delenv(name, raising=False)
+        else:
+            monkeypatch.setenv(name, value)
+    monkeypatch.setenv("POOT_HANDOFF_DIR", "handoff-dir-name")
+    assert env_switch("POOT_BUDGET_MASKS", default) is on
+    if default:  # the switches that default to on
+        assert budget_masks_enabled() is on and handoff.enabled() is on
+    else:
+        assert hooks_disabled() is on and faults.enabled() is on

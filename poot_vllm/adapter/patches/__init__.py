@@ -27,12 +27,12 @@ import functools
 import importlib
 import inspect
 import logging
-import os
 import threading
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from poot_vllm.adapter.server_state import record_failed_patch, vllm_version
+from poot_vllm.core.limits import env_switch
 
 logger = logging.getLogger("vllm.poot")
 
@@ -120,7 +120,7 @@ def original(func: Any) -> Callable:
 
 def hooks_disabled() -> bool:
     """``POOT_DISABLE_HOOKS=1`` turns every runtime hook off (fork mode / tests)."""
-    return os.environ.get("POOT_DISABLE_HOOKS", "") not in ("", "0", "false", "False")
+    return env_switch("POOT_DISABLE_HOOKS", False)
 
 
 def apply_all(eager: bool = False) -> dict[str, str]:
