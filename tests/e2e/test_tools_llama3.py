@@ -16,7 +16,7 @@ import json
 import jsonschema
 import pytest
 
-from tests.e2e.tool_schemas import FORECAST, SCHEMAS, TOOLS
+from tests.e2e.tool_schemas import FORECAST, SCHEMAS, TOOLS, assert_every_choice_calls_tools, check_calls
 
 NO_THINKING = {"chat_template_kwargs": {"enable_thinking": False}}
 
@@ -36,21 +36,8 @@ def _create(client, **kwargs):
         max_tokens=300, extra_body=NO_THINKING, **kwargs)
 
 
-def _check_calls(calls) -> list[str]:
-    names = []
-    for call in calls:
-        assert call.function.name in SCHEMAS, call
-        jsonschema.validate(json.loads(call.function.arguments), SCHEMAS[call.function.name])
-        names.append(call.function.name)
-    return names
-
-
 def test_required_gives_schema_valid_calls(client):
-    reply = _create(client, tool_choice="required", n=3, temperature=1.0)
-    for choice in reply.choices:
-        assert choice.finish_reason == "tool_calls", choice
-        assert choice.message.tool_calls and not choice.message.content, choice
-        _check_calls(choice.message.tool_calls)
+    assert_every_choice_calls_tools(_create(client, tool_choice="required", n=3, temperature=1.0), 3)
 
 
 @pytest.mark.parametrize("name", list(SCHEMAS))
@@ -58,7 +45,7 @@ def test_named_gives_exactly_one_call_to_that_tool(client, name):
     reply = _create(client, tool_choice={"type": "function", "function": {"name": name}}, n=2, temperature=1.0)
     for choice in reply.choices:
         assert choice.message.tool_calls and not choice.message.content, choice
-        assert _check_calls(choice.message.tool_calls) == [name]
+        assert check_calls(choice.message.tool_calls) == [name]
 
 
 def test_named_streamed_call_assembles_to_a_schema_valid_call(client):

@@ -21,7 +21,7 @@ import openai
 import pytest
 
 from tests.clients.client_models import GetWeather, Remember
-from tests.e2e.tool_schemas import SCHEMAS, TOOLS
+from tests.e2e.tool_schemas import SCHEMAS, TOOLS, assert_every_choice_calls_tools, check_calls
 
 MESSAGES = [{"role": "user", "content": "Weather?"}]
 
@@ -42,13 +42,9 @@ def _check_calls(calls) -> list[str]:
     """Each call names a tool and its arguments validate against that tool's schema;
     its id is the 9-character alphanumeric id vLLM's mistral parser gives (so the
     reply went through that parser)."""
-    names = []
     for call in calls:
-        assert call.function.name in SCHEMAS, call
-        jsonschema.validate(json.loads(call.function.arguments), SCHEMAS[call.function.name])
         assert call.id.isalnum() and len(call.id) == 9, call
-        names.append(call.function.name)
-    return names
+    return check_calls(calls)
 
 
 def _named(name: str) -> dict:
@@ -70,12 +66,7 @@ def test_the_prompt_is_mistrals(mistral_server):
 
 
 def test_required_gives_schema_valid_calls(client):
-    reply = _create(client, tool_choice="required", n=3, temperature=1.0)
-    assert len(reply.choices) == 3
-    for choice in reply.choices:
-        assert choice.finish_reason == "tool_calls", choice
-        assert choice.message.tool_calls and not choice.message.content, choice
-        _check_calls(choice.message.tool_calls)
+    assert_every_choice_calls_tools(_create(client, tool_choice="required", n=3, temperature=1.0), 3, _check_calls)
 
 
 def test_required_without_parallel_calls_gives_exactly_one_call(client):

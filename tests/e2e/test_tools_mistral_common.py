@@ -20,7 +20,7 @@ import openai
 import pytest
 
 from tests.e2e.test_tools_mistral import _check_calls, _check_streamed_against_plain, _create, _named
-from tests.e2e.tool_schemas import SCHEMAS
+from tests.e2e.tool_schemas import SCHEMAS, assert_every_choice_calls_tools
 
 
 @pytest.fixture(scope="module")
@@ -36,11 +36,7 @@ def test_the_server_uses_mistral_commons_tokenizer(mistral_common_server):
 
 
 def test_required_gives_schema_valid_calls(client):
-    reply = _create(client, tool_choice="required", n=2, temperature=1.0)
-    for choice in reply.choices:
-        assert choice.finish_reason == "tool_calls", choice
-        assert choice.message.tool_calls and not choice.message.content, choice
-        _check_calls(choice.message.tool_calls)
+    assert_every_choice_calls_tools(_create(client, tool_choice="required", n=2, temperature=1.0), 2, _check_calls)
 
 
 @pytest.mark.parametrize("name", list(SCHEMAS))

@@ -293,18 +293,26 @@ class PydanticTypes(BaseModel):
     short_secret: Annotated[SecretBytes, Field(max_length=3)]
 
 
-def test_pydantic_format_names_are_served_and_validate_with_pydantic():
-    schema = PydanticTypes.model_json_schema()
-    formats = {p["format"] for p in schema["properties"].values()}
-    assert {"password", "binary", "path", "ipvanyaddress", "base64url", "name-email", "uuid4"} <= formats
+def _replies_validate_with_pydantic(model: type[BaseModel], seed: int, format_checker=None):
+    """Replies sampled from the model's schema: poot's DFA accepts each, and the model itself
+    (``model_validate_json`` raises on any value Pydantic refuses) and jsonschema validate it.
+    Returns the DFA and the random source, for more checks."""
+    schema = model.model_json_schema()
     regex = schema_to_regex(schema)
     dfa = compile_json_schema(schema)
-    rng = random.Random(11)
+    rng = random.Random(seed)
     for _ in range(150):
         text = conformance.sample_regex(regex, rng)
         assert dfa.matches(text.encode("utf-8"))
-        PydanticTypes.model_validate_json(text)  # raises on any value Pydantic refuses
-        jsonschema.validate(json.loads(text), schema, format_checker=_CHECKER)
+        model.model_validate_json(text)
+        jsonschema.validate(json.loads(text), schema, format_checker=format_checker)
+    return dfa, rng
+
+
+def test_pydantic_format_names_are_served_and_validate_with_pydantic():
+    formats = {p["format"] for p in PydanticTypes.model_json_schema()["properties"].values()}
+    assert {"password", "binary", "path", "ipvanyaddress", "base64url", "name-email", "uuid4"} <= formats
+    _replies_validate_with_pydantic(PydanticTypes, 11, _CHECKER)
 
 
 class _Point(BaseModel):
@@ -320,16 +328,8 @@ class EmbeddedJson(BaseModel):
 
 
 def test_json_strings_hold_json_that_pydantic_parses():
-    schema = EmbeddedJson.model_json_schema()
-    assert schema["properties"]["count"]["contentSchema"] == {"type": "integer"}
-    regex = schema_to_regex(schema)
-    dfa = compile_json_schema(schema)
-    rng = random.Random(4)
-    for _ in range(150):
-        text = conformance.sample_regex(regex, rng)
-        assert dfa.matches(text.encode("utf-8"))
-        EmbeddedJson.model_validate_json(text)  # parses each string's JSON and validates it
-        jsonschema.validate(json.loads(text), schema)
+    assert EmbeddedJson.model_json_schema()["properties"]["count"]["contentSchema"] == {"type": "integer"}
+    dfa, rng = _replies_validate_with_pydantic(EmbeddedJson, 4)  # Pydantic parses each string's JSON and validates it
     walk = conformance.sample_dfa(dfa, rng)
     assert walk is None or EmbeddedJson.model_validate_json(walk)
     # keys in sorted order, as poot writes them (docs/json-schema.md)
