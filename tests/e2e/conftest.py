@@ -16,7 +16,7 @@ def _models_dir() -> Path:
     return Path(os.environ.get("POOT_MODELS_DIR", REPO / ".models"))
 
 
-def _server(request, name: str, kind: str, extra_args: tuple[str, ...] = ()) -> Server:
+def _server(request, name: str, kind: str, extra_args: tuple[str, ...] = (), timeout: float = 240.0) -> Server:
     ext = external_server()
     if ext is not None:
         if name != "default":
@@ -29,7 +29,7 @@ def _server(request, name: str, kind: str, extra_args: tuple[str, ...] = ()) -> 
         pytest.fail(f"tiny model {model} missing: run scripts/make_tiny_models.py {_models_dir()}")
     log_dir = Path(request.config.rootpath) / ".e2e-logs"
     log_dir.mkdir(exist_ok=True)
-    server = start_server(model, log_dir, list(extra_args))
+    server = start_server(model, log_dir, list(extra_args), timeout=timeout)
     server.tokenizer_kind = kind
     try:
         yield server

@@ -83,8 +83,10 @@ def test_schema_and_backtracking_input_on_every_api_server(scale_out_server):
 
 @pytest.fixture(scope="module")
 def data_parallel_server(request):
-    """Two engine cores behind one API server (vLLM's --data-parallel-size, CPU build)."""
-    yield from _server(request, "tiny-llama-spm", "sentencepiece", ("--data-parallel-size", "2"))
+    """Two engine cores behind one API server (vLLM's --data-parallel-size, CPU build).  Two engines
+    compiling their models on a 2-core box took just over 240 s once when the box was busy: more time
+    to start (a healthy server is still required)."""
+    yield from _server(request, "tiny-llama-spm", "sentencepiece", ("--data-parallel-size", "2"), timeout=480.0)
 
 
 def test_data_parallel_engines_each_enforce_and_refuse(data_parallel_server):
