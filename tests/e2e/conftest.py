@@ -20,7 +20,9 @@ def _models_dir() -> Path:
     return Path(os.environ.get("POOT_MODELS_DIR", REPO / ".models"))
 
 
-def _server(request, name: str, kind: str, extra_args: tuple[str, ...] = (), timeout: float = 240.0) -> Server:
+def _server(request, name: str, kind: str, extra_args: tuple[str, ...] = (), timeout: float = 240.0,
+            eager: bool = True) -> Server:
+    """``eager``: start with ``TEST_SERVER_ARGS`` (``--enforce-eager``; see tests/e2e/server.py)."""
     ext = external_server()
     if ext is not None:
         if name != "default":
@@ -33,7 +35,7 @@ def _server(request, name: str, kind: str, extra_args: tuple[str, ...] = (), tim
         pytest.fail(f"tiny model {model} missing: run scripts/make_tiny_models.py {_models_dir()}")
     log_dir = Path(request.config.rootpath) / ".e2e-logs"
     log_dir.mkdir(exist_ok=True)
-    server = start_server(model, log_dir, [*TEST_SERVER_ARGS, *extra_args], timeout=timeout)
+    server = start_server(model, log_dir, [*(TEST_SERVER_ARGS if eager else ()), *extra_args], timeout=timeout)
     server.tokenizer_kind = kind
     try:
         yield server
