@@ -26,9 +26,10 @@ from vllm.v1.structured_output.backend_types import (
 )
 
 from poot_vllm.core import faults
+from poot_vllm.core.automata.dfa import DFA
 from poot_vllm.core.cache import compiled_cache
 from poot_vllm.core.constraints import Constraint, Kind, compile_automaton
-from poot_vllm.core.errors import PootError
+from poot_vllm.core.errors import LimitExceeded, PootError
 from poot_vllm.adapter.params import TOOL_CALL_TAG
 from poot_vllm.core.limits import budget_masks_enabled, server_limits
 from poot_vllm.core.vocabulary import TokenVocabulary, with_stop_ids
@@ -187,17 +188,26 @@ class PootBackend(StructuredOutputBackend):
         ``compile_pushdown``, per (token bytes, grammar), whose cheap wrapper
         is not cached again (so no grammar is charged or kept twice).
         """
-        if constraint.kind.is_pushdown:
-            from poot_vllm.core.matchers.pushdown import compile_pushdown
+        from poot_vllm.core.matchers.pushdown import compile_pushdown
 
-            return compile_pushdown(compile_automaton(constraint, self.limits), vocab, self.limits)
+        automaton = compile_automaton(constraint, self.limits)
+        if not isinstance(automaton, DFA):  # json_object, and grammars with recursion
+            return compile_pushdown(automaton, vocab, self.limits)
         from poot_vllm.core.matchers.compiled import CompiledDFA
 
         def build() -> Any:
-            automaton = compile_automaton(constraint, self.limits)
             return CompiledDFA.build(automaton, vocab, max_work=self.limits.max_mask_work)
 
-        return self._cache.get_or_build(("dfa", constraint, self.limits, vocab.cache_key), build)
+        try:
+            return self._cache.get_or_build(("dfa", constraint, self.limits, vocab.cache_key), build)
+        except LimitExceeded:
+            if constraint.kind is not Kind.GRAMMAR:
+                raise
+            # A regular grammar whose token masks cost too much as a DFA: the
+            # pushdown matcher serves it (as every grammar before), never a 400.
+            from poot_vllm.core.grammar.lark import parse_grammar
+
+            return compile_pushdown(parse_grammar(constraint.spec, self.limits), vocab, self.limits)
 
     def allocate_token_bitmask(self, max_num_seqs: int) -> torch.Tensor:
         return torch.full((max_num_seqs, (self.vocab_size + 31) // 32), -1, dtype=torch.int32)

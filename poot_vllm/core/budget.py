@@ -42,6 +42,7 @@ from typing import Any
 
 import numpy as np
 
+from poot_vllm.core.automata.dfa import DFA
 from poot_vllm.core.cache import compiled_cache
 from poot_vllm.core.errors import PootError
 from poot_vllm.core.masks import _shortest_text_tokens
@@ -116,9 +117,9 @@ def _shortest_reply(constraint: Any, vocab: Any, limits: Any) -> int | None:
         tables = closing_tables(vocab)
         text = shortest_object_tokens(tables) if tables is not None else 1
         return text + _stop_cost(vocab)
-    if constraint.kind is Kind.GRAMMAR:
-        return _stop_cost(vocab)
     automaton = compile_automaton(constraint, limits)
+    if constraint.kind is Kind.GRAMMAR and not isinstance(automaton, DFA):
+        return _stop_cost(vocab)  # a grammar with recursion: only the stop token is certain
     return shortest_dfa_reply(automaton, vocab, max_work=getattr(limits, "max_mask_work", None))
 
 

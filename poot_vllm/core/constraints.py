@@ -29,10 +29,6 @@ class Kind(str, enum.Enum):
     #: poot's own tool-call envelope (a regex built by poot, see tool_calls.py)
     TOOL_CALL = "tool_call"
 
-    @property
-    def is_pushdown(self) -> bool:
-        return self in (Kind.GRAMMAR, Kind.JSON_OBJECT)
-
 
 @dataclass(frozen=True)
 class Constraint:
@@ -97,7 +93,8 @@ _automata: ByteCache[Any] = ByteCache("automata", 64 * 1024 * 1024, _sizeof)
 
 
 def compile_automaton(constraint: Constraint, limits: Limits = DEFAULT_LIMITS, *, publish: bool = False) -> Any:
-    """The vocabulary-independent automaton: a ``DFA``, or a parsed grammar.
+    """The vocabulary-independent automaton: a ``DFA``, or a parsed grammar
+    (a grammar without recursion is a ``DFA`` too: :mod:`.grammar.regular`).
 
     Cached per (constraint, limits), single-flight: validating and compiling
     the same constraint in one process, or the n choices of a request, build
@@ -137,8 +134,13 @@ def _build(constraint: Constraint, limits: Limits) -> Any:
     if kind is Kind.GRAMMAR:
         # GBNF or Lark, told apart by one documented rule (grammar.lark.grammar_syntax)
         from poot_vllm.core.grammar.lark import parse_grammar
+        from poot_vllm.core.grammar.regular import regular_dfa
 
-        return parse_grammar(spec, limits)
+        grammar = parse_grammar(spec, limits)
+        # Without recursion a grammar is regular: a DFA (budget-aware masks,
+        # exact admission); the rest, and any too large, stay pushdown.
+        dfa = regular_dfa(grammar, limits)
+        return grammar if dfa is None else dfa
     if kind is Kind.JSON_OBJECT:
         from poot_vllm.core.grammar import json_object_grammar
 
@@ -157,6 +159,8 @@ def check_mask_work(automaton: Any, vocab_size: int, limits: Limits = DEFAULT_LI
     from poot_vllm.core.masks import estimate_mask_work
 
     work = estimate_mask_work(automaton, vocab_size)
+    if work > limits.max_mask_work and constraint is not None and constraint.kind is Kind.GRAMMAR:
+        return  # a regular grammar's DFA: the engine runs it on the pushdown matcher instead (backend._compile)
     if work > limits.max_mask_work:
         n = int(automaton.transitions.shape[0])
         advice = "fewer or shorter free-text parts (string properties, '.*', long patterns) cost less"

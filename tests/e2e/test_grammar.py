@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import httpx
 import pytest
@@ -121,3 +122,48 @@ def test_bad_grammar_is_400(server, grammar, needle):
         err = r.json()["error"]
         assert err["param"] == "guided_grammar" and needle in err["message"], err
     assert server.healthy()
+
+
+# A small command language without recursion: regular, so poot runs it as a DFA
+# with budget-aware masks (core/grammar/regular.py): every reply finishes inside
+# max_tokens, and a max_tokens below its shortest reply is a 400.
+COMMANDS = r'''
+root ::= cmd (";" " "? cmd)*
+cmd  ::= verb " " dir " " num
+verb ::= "move" | "turn" | "wait"
+dir  ::= "left" | "right" | "up" | "down"
+num  ::= [1-9] [0-9]{0,2}
+'''
+_CMD = r"(?:move|turn|wait) (?:left|right|up|down) [1-9][0-9]{0,2}"
+COMMANDS_RE = rf"{_CMD}(?:; ?{_CMD})*"  # the oracle: the same language in Python's re
+
+
+def _shortest_reply(server, grammar: str) -> int:
+    """The shortest reply's token count, as the admission 400 states it."""
+    r = httpx.post(server.base_url + "/completions", timeout=60, json={
+        "model": server.model, "prompt": "x", "max_tokens": 1, "guided_grammar": grammar})
+    assert r.status_code == 400, r.text
+    message = r.json()["error"]["message"]
+    assert "shortest reply" in message and "max_tokens" in message, message
+    return int(re.search(r"shortest reply this constraint allows is (\d+) tokens", message).group(1))
+
+
+@pytest.mark.parametrize("fixture", ["spm_server", "bpe_server"])
+def test_grammar_without_recursion_finishes_inside_max_tokens(request, fixture):
+    """max_tokens two above the shortest reply: a random model that picks a
+    longer verb, direction or number must still close in time (without
+    budget-aware masks most of these replies are cut)."""
+    import openai
+
+    server = request.getfixturevalue(fixture)
+    budget = _shortest_reply(server, COMMANDS) + 2
+    client = openai.OpenAI(base_url=server.base_url, api_key="EMPTY", max_retries=0, timeout=120)
+    r = client.completions.create(model=server.model, prompt="Robot:", max_tokens=budget, n=8,
+                                  extra_body={"guided_grammar": COMMANDS})
+    for c in r.choices:
+        assert c.finish_reason == "stop", (budget, c.finish_reason, c.text)
+        assert re.fullmatch(COMMANDS_RE, c.text), c.text
+
+
+def test_grammar_without_recursion_shorter_than_its_shortest_reply_is_400(server):
+    assert _shortest_reply(server, COMMANDS) >= 3  # "move up 1" and the stop token, however tokenized

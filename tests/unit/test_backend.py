@@ -43,7 +43,8 @@ CASES = {
     "choice": (Opt.CHOICE, json.dumps(["yes", "no"]), "no"),
     "json": (Opt.JSON, json.dumps(SCHEMA), '{"a": 12}'),
     "json_object": (Opt.JSON_OBJECT, "", '{"a": [1, "x"]}'),
-    "grammar": (Opt.GRAMMAR, 'root ::= "a" [0-9]+ "!"', "a42!"),
+    "grammar": (Opt.GRAMMAR, 'root ::= "a" [0-9]+ "!"', "a42!"),  # no recursion: a DFA
+    "recursive_grammar": (Opt.GRAMMAR, 'root ::= "a" x "!"\nx ::= [0-9]+ | "(" x ")"', "a(42)!"),  # pushdown
     "tool_call": (Opt.STRUCTURAL_TAG, TOOL_CALL_TAG + tool_call_spec([("ping", None)], parallel=False),
                   '<tool_call>\n{"name": "ping", "arguments": {}}\n</tool_call>'),
 }
@@ -97,7 +98,7 @@ def test_each_kind_compiles_and_a_conforming_reply_walks_to_the_stop(backend, to
     assert grammar.is_terminated()
 
 
-@pytest.mark.parametrize("kind", ["regex", "grammar"])
+@pytest.mark.parametrize("kind", ["regex", "grammar", "recursive_grammar"])
 def test_a_rejected_token_fails_accept_and_was_not_in_the_mask(backend, tokenizer, kind):
     option, spec, _ = CASES[kind]
     grammar = backend.compile_grammar(option, spec, stop_token_ids={EOS})
@@ -150,7 +151,8 @@ def test_the_n_choices_of_one_request_compile_once(backend, tokenizer, monkeypat
         option, spec = Opt.REGEX, f"{word}[0-9]+"
         builds = _count_calls(monkeypatch, CompiledDFA, "build")
     else:
-        option, spec = Opt.GRAMMAR, f'root ::= "{word}" [0-9]+'
+        # recursive, so it runs on the pushdown matcher (a grammar without recursion is a DFA)
+        option, spec = Opt.GRAMMAR, f'root ::= "{word}" x\nx ::= [0-9]+ | "(" x ")"'
         builds = _count_calls(monkeypatch, pushdown, "_compile_xgrammar")
     n = 6
     with ThreadPoolExecutor(n) as pool:
@@ -164,7 +166,7 @@ def test_the_n_choices_of_one_request_compile_once(backend, tokenizer, monkeypat
     assert allowed(grammars[0], bitmask, 0) != start
 
 
-@pytest.mark.parametrize("kind", ["regex", "json_object", "grammar"])
+@pytest.mark.parametrize("kind", ["regex", "json_object", "grammar", "recursive_grammar"])
 def test_a_requests_own_special_stop_token_ends_the_reply(backend, tokenizer, kind):
     option, spec, reply = CASES[kind]
     grammar = backend.compile_grammar(option, spec, stop_token_ids={EOS, IM_START})
@@ -175,7 +177,8 @@ def test_a_requests_own_special_stop_token_ends_the_reply(backend, tokenizer, ki
     assert grammar.accept_tokens("r", [IM_START]) and grammar.is_terminated()
 
 
-@pytest.mark.parametrize("option, spec", [(Opt.REGEX, "a(!b)?"), (Opt.GRAMMAR, 'root ::= "a" ("!b")?')])
+@pytest.mark.parametrize("option, spec", [(Opt.REGEX, "a(!b)?"), (Opt.GRAMMAR, 'root ::= "a" ("!b")?'),
+                                          (Opt.GRAMMAR, 'root ::= "a" x\nx ::= ("!b" x)?')])
 def test_a_text_token_named_as_stop_is_a_stop_not_text(backend, tokenizer, option, spec):
     """stop_token_ids naming "!" make it end the reply: allowed only where the
     constraint accepts, never as the "!" of the text (DFA and grammar alike)."""

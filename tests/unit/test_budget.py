@@ -105,11 +105,22 @@ def test_admission_names_both_numbers():
     assert (info.value.shortest, info.value.allowed) == (12, 11)
 
 
-def test_grammar_admission_is_only_a_lower_bound():
+def test_recursive_grammar_admission_is_only_a_lower_bound():
     vocab = make_vocab([bytes([b]) for b in range(32, 127)] + [None], {95}, 96)
-    c = Constraint(Kind.GRAMMAR, 'root ::= "a" "b" "c"')
+    c = Constraint(Kind.GRAMMAR, 'root ::= "a" "b" x\nx ::= "c" | "(" x ")"')
     assert shortest_reply(c, vocab) == 1  # the stop token: never refuses a reply that fits
     check_reply_fits(c, 4, vocab)
+
+
+def test_grammar_without_recursion_is_admitted_by_its_shortest_reply():
+    """A regular grammar is a DFA: admission knows its shortest reply exactly."""
+    vocab = make_vocab([bytes([b]) for b in range(32, 127)] + [None], {95}, 96)
+    c = Constraint(Kind.GRAMMAR, 'root ::= "a" "b" c\nc ::= "c" | "cc"')
+    assert shortest_reply(c, vocab) == 4  # a, b, c, stop
+    check_reply_fits(c, 4, vocab)
+    with pytest.raises(ReplyDoesNotFit) as info:
+        check_reply_fits(c, 3, vocab)
+    assert (info.value.shortest, info.value.allowed) == (4, 3)
 
 
 @pytest.mark.parametrize("max_tokens,max_model_len,prompt,want", [
