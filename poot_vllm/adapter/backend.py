@@ -188,12 +188,20 @@ class PootBackend(StructuredOutputBackend):
         ``compile_pushdown``, per (token bytes, grammar), whose cheap wrapper
         is not cached again (so no grammar is charged or kept twice).
         """
+        from poot_vllm.core.masks import estimate_mask_work
+        from poot_vllm.core.matchers.compiled import CompiledDFA
         from poot_vllm.core.matchers.pushdown import compile_pushdown
 
         automaton = compile_automaton(constraint, self.limits)
         if not isinstance(automaton, DFA):  # json_object, and grammars with recursion
             return compile_pushdown(automaton, vocab, self.limits)
-        from poot_vllm.core.matchers.compiled import CompiledDFA
+        grammar = constraint.kind is Kind.GRAMMAR
+        if grammar and estimate_mask_work(automaton, vocab.size) > self.limits.max_mask_work:
+            # A regular grammar whose token masks cost too much as a DFA (the API
+            # server's check_mask_work let it through by the same estimate): the
+            # pushdown matcher serves it, as every grammar before; never a 400.
+            # Decided before building, so no request pays a failed mask build.
+            return self._grammar_on_pushdown(constraint, vocab)
 
         def build() -> Any:
             return CompiledDFA.build(automaton, vocab, max_work=self.limits.max_mask_work)
@@ -201,13 +209,15 @@ class PootBackend(StructuredOutputBackend):
         try:
             return self._cache.get_or_build(("dfa", constraint, self.limits, vocab.cache_key), build)
         except LimitExceeded:
-            if constraint.kind is not Kind.GRAMMAR:
+            if not grammar:
                 raise
-            # A regular grammar whose token masks cost too much as a DFA: the
-            # pushdown matcher serves it (as every grammar before), never a 400.
-            from poot_vllm.core.grammar.lark import parse_grammar
+            return self._grammar_on_pushdown(constraint, vocab)  # the real work passed the estimate
 
-            return compile_pushdown(parse_grammar(constraint.spec, self.limits), vocab, self.limits)
+    def _grammar_on_pushdown(self, constraint: Constraint, vocab: TokenVocabulary) -> Any:
+        from poot_vllm.core.grammar.lark import parse_grammar
+        from poot_vllm.core.matchers.pushdown import compile_pushdown
+
+        return compile_pushdown(parse_grammar(constraint.spec, self.limits), vocab, self.limits)
 
     def allocate_token_bitmask(self, max_num_seqs: int) -> torch.Tensor:
         return torch.full((max_num_seqs, (self.vocab_size + 31) // 32), -1, dtype=torch.int32)

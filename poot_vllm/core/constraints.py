@@ -152,29 +152,31 @@ def check_mask_work(automaton: Any, vocab_size: int, limits: Limits = DEFAULT_LI
                     constraint: "Constraint | None" = None) -> None:
     """Refuse a DFA whose token masks would cost more than ``limits.max_mask_work``
     to compute for a ``vocab_size`` vocabulary (an estimate; see
-    :func:`poot_vllm.core.masks.estimate_mask_work`).  Grammars are not DFAs: no-op.
+    :func:`poot_vllm.core.masks.estimate_mask_work`).  Parsed grammars: no-op; a
+    grammar's DFA is never refused (the engine runs it on the pushdown matcher).
     Given the ``constraint`` of a JSON schema, the refusal names its largest parts."""
     if getattr(automaton, "transitions", None) is None:
         return
     from poot_vllm.core.masks import estimate_mask_work
 
     work = estimate_mask_work(automaton, vocab_size)
-    if work > limits.max_mask_work and constraint is not None and constraint.kind is Kind.GRAMMAR:
+    if work <= limits.max_mask_work:
+        return
+    if constraint is not None and constraint.kind is Kind.GRAMMAR:
         return  # a regular grammar's DFA: the engine runs it on the pushdown matcher instead (backend._compile)
-    if work > limits.max_mask_work:
-        n = int(automaton.transitions.shape[0])
-        advice = "fewer or shorter free-text parts (string properties, '.*', long patterns) cost less"
-        if constraint is not None and constraint.kind is Kind.JSON:
-            from poot_vllm.core.json_schema import largest_parts
+    n = int(automaton.transitions.shape[0])
+    advice = "fewer or shorter free-text parts (string properties, '.*', long patterns) cost less"
+    if constraint is not None and constraint.kind is Kind.JSON:
+        from poot_vllm.core.json_schema import largest_parts
 
-            advice = largest_parts(constraint.spec, limits) or advice
-        elif constraint is not None and constraint.kind is Kind.TOOL_CALL:
-            from poot_vllm.core.tool_calls.forcing import largest_tool_parts
+        advice = largest_parts(constraint.spec, limits) or advice
+    elif constraint is not None and constraint.kind is Kind.TOOL_CALL:
+        from poot_vllm.core.tool_calls.forcing import largest_tool_parts
 
-            advice = largest_tool_parts(constraint.spec, limits) or advice
-        raise LimitExceeded("computing the token masks of this constraint", "max_mask_work",
-                            limits.max_mask_work, "trie-node visits",
-                            f"estimated {work} for {n} automaton states over {vocab_size} tokens; {advice}")
+        advice = largest_tool_parts(constraint.spec, limits) or advice
+    raise LimitExceeded("computing the token masks of this constraint", "max_mask_work",
+                        limits.max_mask_work, "trie-node visits",
+                        f"estimated {work} for {n} automaton states over {vocab_size} tokens; {advice}")
 
 
 def check(constraint: Constraint, limits: Limits = DEFAULT_LIMITS) -> None:

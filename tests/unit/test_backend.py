@@ -253,3 +253,23 @@ def test_concurrent_compile_and_fill_give_the_serial_masks(backend, tokenizer):
         results = list(pool.map(lambda i: _run(backend, tokenizer, *work[i], bitmask, i), range(len(work))))
     for job, masks in zip(work, results):
         assert masks == expected[job], f"{job}: masks differ from the serial run"
+
+
+def test_a_grammar_too_costly_to_mask_as_a_dfa_runs_on_pushdown(backend, tokenizer, monkeypatch):
+    """A grammar without recursion is a DFA, but one whose mask work passes
+    max_mask_work is served by the pushdown matcher (never a refusal), decided
+    before any mask build is tried."""
+    import dataclasses
+
+    from poot_vllm.core.automata.dfa import DFA
+
+    word = "w" + uuid.uuid4().hex[:8]
+    spec = f'root ::= "{word}" [0-9]+ "!"'
+    assert isinstance(constraints.compile_automaton(constraints.Constraint(constraints.Kind.GRAMMAR, spec)), DFA)
+    monkeypatch.setattr(backend, "limits", dataclasses.replace(backend.limits, max_mask_work=10))
+    dfa_builds = _count_calls(monkeypatch, CompiledDFA, "build")
+    grammar = backend.compile_grammar(Opt.GRAMMAR, spec, stop_token_ids={EOS})
+    assert dfa_builds == [] and isinstance(grammar.matcher, pushdown.PushdownMatcher)
+    bitmask = backend.allocate_token_bitmask(1)
+    masks = walk(grammar, bitmask, encode(tokenizer, f"{word}42!"))
+    assert EOS in masks[-1] and EOS not in masks[0]
