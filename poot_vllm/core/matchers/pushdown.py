@@ -40,6 +40,9 @@ class CompiledPushdown:
     #: Budget tables when this is the json_object grammar over a vocabulary
     #: that can spell its closing bytes (see json_budget); else None.
     closing: Any = None
+    #: Budget model of any other grammar (grammar.completion.CompletionMasks),
+    #: None where the grammar has none (left recursion, too large).
+    completion: Any = None
 
     @property
     def memory_bytes(self) -> int:
@@ -120,7 +123,20 @@ def compile_pushdown(grammar: Grammar, vocab: Any, limits: Limits = DEFAULT_LIMI
     compiled = cache.get_or_build(("xgrammar", vocab.token_key, runtime_ebnf),
                                   lambda: _compile_xgrammar(vocab, runtime_ebnf),
                                   sizeof=lambda c: int(c.memory_size_bytes))
-    return CompiledPushdown(compiled, ebnf, vocab.size, frozenset(vocab.stop_ids), closing)
+    completion = None
+    if closing is None and ebnf != _json_object_ebnf():
+        completion = cache.get_or_build(("grammar-completion", vocab.token_key, ebnf),
+                                        lambda: _completion_masks(grammar, vocab),
+                                        sizeof=lambda c: 0 if c is None else c.model.nbytes + 64 * 256)
+    return CompiledPushdown(compiled, ebnf, vocab.size, frozenset(vocab.stop_ids), closing, completion)
+
+
+def _completion_masks(grammar: Grammar, vocab: Any) -> Any:
+    """The budget model of a (recursive) grammar for ``vocab``, or None."""
+    from poot_vllm.core.grammar.completion import CompletionMasks, rule_automata
+
+    model = rule_automata(grammar)
+    return None if model is None else CompletionMasks(model, vocab)
 
 
 def _closing_bytes(tables: Any) -> int:
@@ -175,6 +191,15 @@ class PushdownMatcher(TokenMatcher):
             from poot_vllm.core.grammar.json_budget import JsonCloser
 
             self._closer = JsonCloser()
+        # Budgets (other grammars with a model): the parse configurations after
+        # each accepted token, so a rollback is a truncation.
+        self._completion = compiled.completion
+        self._configs = None
+        if self._completion is not None:
+            from poot_vllm.core.grammar.completion import Configurations
+
+            self._configs = Configurations(self._completion.model)
+            self._history = [self._configs.initial()]
         self._budget = None
         self._stop_cost = 1 if self._stop_ids else 0
 
@@ -182,12 +207,15 @@ class PushdownMatcher(TokenMatcher):
         self._m.reset()
         if self._closer is not None:
             self._closer.reset()
+        if self._configs is not None:
+            self._history = [self._configs.initial()]
 
     @property
     def supports_budget(self) -> bool:
-        """Whether ``set_token_budget`` makes replies finish in time (json_object
-        over a vocabulary that spells its closing bytes; not general grammars)."""
-        return self._closer is not None
+        """Whether ``set_token_budget`` makes replies finish in time: json_object
+        over a vocabulary that spells its closing bytes, and grammars with a
+        completion model (grammar.completion: not left-recursive, not too large)."""
+        return self._closer is not None or self._configs is not None
 
     def closing_cost(self) -> int | None:
         """Fewest tokens that still finish the reply, stop included (json_object)."""
@@ -206,12 +234,17 @@ class PushdownMatcher(TokenMatcher):
         if self._closer is not None:
             data = self._closing.token_bytes[token] if token not in self._stop_ids else None
             self._closer.advance(data or b"")
+        if self._configs is not None:
+            data = self._completion.token_bytes[token] if token not in self._stop_ids else None
+            self._history.append(self._configs.advance(self._history[-1], data or b""))
         return True
 
     def _retreat(self, n: int) -> None:
         self._m.rollback(n)
         if self._closer is not None:
             self._closer.undo(n)
+        if self._configs is not None:
+            del self._history[-n:]
 
     def fill_bitmask(self, row: np.ndarray) -> None:
         """Write the allowed tokens into ``row`` (int32 words; bit ``t & 31`` of word ``t >> 5``)."""
@@ -230,7 +263,38 @@ class PushdownMatcher(TokenMatcher):
         if self._last_word is not None:
             row[-1] &= self._last_word
         if self._budget is not None:
-            self._restrict_to_budget(row)
+            if self._closer is not None:
+                self._restrict_to_budget(row)
+            elif self._configs is not None:
+                self._restrict_to_completion(row)
+
+    def _restrict_to_completion(self, row: np.ndarray) -> None:
+        """Keep only tokens after which the grammar's reply still finishes in the
+        tokens left (grammar.completion): one token now, then at most one token
+        per byte of the shortest completion, then the stop token."""
+        configs = self._history[-1]
+        if not configs:
+            return  # the model lost the parse (it cannot, as it reads what xgrammar reads): no restriction
+        costs = [self._configs.cost(c) for c in configs]
+        remaining = self._budget - self._accepted
+        limit = remaining - 1 - self._stop_cost
+        if limit >= max(costs) + self._completion.reach:
+            return  # no token can break it yet
+        grammar_row = row.copy()
+        allowed = np.empty_like(grammar_row)
+        self._completion.allowed(self._configs, configs, limit, allowed)
+        allowed &= ~self._stop_row
+        row &= allowed
+        if remaining >= self._stop_cost:
+            row |= grammar_row & self._stop_row
+        if not row.any():
+            # Past the point of no return (a budget below the shortest reply,
+            # which admission refuses where it can tell): head for the end.
+            self._completion.allowed(self._configs, configs, min(costs) - 1, allowed)
+            allowed &= ~self._stop_row
+            row[...] = grammar_row & (allowed | self._stop_row)
+            if not row.any():
+                row[...] = grammar_row
 
     def _restrict_to_budget(self, row: np.ndarray) -> None:
         """Keep only tokens after which the object still closes within the budget.

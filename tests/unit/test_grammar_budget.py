@@ -1,0 +1,266 @@
+"""Recursive grammars finish inside their token budget (core/grammar/completion.py).
+
+The model's distance must be the shortest completion: Lark (the twins of
+test_pushdown_matcher.py's table) is the oracle for "a sentence", and the
+distance is checked to be (1) zero exactly on sentences, (2) lowered by at
+most one per byte (so no completion is shorter) and (3) met by a completion
+of exactly that length (so none need be longer).  Then the masks: random
+replies under a budget always end, in budget, in a sentence Lark accepts.
+"""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from poot_vllm.core.budget import shortest_reply
+from poot_vllm.core.constraints import Constraint, Kind
+from poot_vllm.core.grammar import parse_gbnf
+from poot_vllm.core.grammar.completion import Configurations, rule_automata
+from poot_vllm.core.grammar.regular import dependency_order
+from poot_vllm.core.matchers.pushdown import PushdownMatcher, compile_pushdown
+from poot_vllm.core.vocabulary import TokenVocabulary
+
+from tests.unit.mask_helpers import allowed_set
+from tests.unit.test_pushdown_matcher import GRAMMARS, mutate, oracle, sample
+
+GRAMMARS = dict(GRAMMARS)
+GRAMMARS.setdefault("arithmetic", (
+    'root ::= expr\nexpr ::= term (("+" | "-") term)*\nterm ::= factor (("*" | "/") factor)*\n'
+    'factor ::= number | "(" expr ")" | "-" factor\nnumber ::= [0-9] | [1-9] [0-9]+\n',
+    'start: expr\nexpr: term (("+" | "-") term)*\nterm: factor (("*" | "/") factor)*\n'
+    'factor: NUMBER | "(" expr ")" | "-" factor\nNUMBER: /[1-9][0-9]+|[0-9]/\n'))
+GRAMMARS.setdefault("nested-brackets", (
+    'root ::= group+\ngroup ::= "(" group* ")" | "[" group* "]" | "{" group* "}"\n',
+    'start: group+\ngroup: "(" group* ")" | "[" group* "]" | "{" group* "}"\n'))
+# Ambiguous on purpose: after "((((" the shortest completion is 4 bytes, after "((((b" it is 44.
+GRAMMARS["ambiguous-depth"] = (
+    'root ::= a | b\na ::= "(" a ")" | ""\nb ::= "(" b ")" "yyyyyyyyyy" | "b"\n',
+    'start: a | b\na: "(" a ")" |\nb: "(" b ")" "yyyyyyyyyy" | "b"\n')
+GRAMMARS["nested-lists-with-text"] = (
+    'root ::= value\nvalue ::= list | str | [0-9]+\nlist ::= "[" (value ("," value)*)? "]"\n'
+    'str ::= "\\"" [^"\\\\]* "\\""\n',
+    'start: value\nvalue: list | STR | DIGITS\nlist: "[" (value ("," value)*)? "]"\n'
+    'STR: /"[^"\\\\]*"/\nDIGITS: /[0-9]+/\n')
+
+RECURSIVE = [name for name, (gbnf, _) in GRAMMARS.items() if dependency_order(parse_gbnf(gbnf)) is None]
+MODELLED = [name for name in RECURSIVE if rule_automata(parse_gbnf(GRAMMARS[name][0])) is not None]
+
+
+def test_every_recursive_grammar_but_left_recursion_has_a_model():
+    assert {"arithmetic", "nested-brackets", "ambiguous-depth"} <= set(MODELLED)
+    assert set(RECURSIVE) - set(MODELLED) == {"left-recursive-precedence"}
+
+
+def _cost(c: Configurations, configs) -> int:
+    return min(c.cost(x) for x in configs)
+
+
+@pytest.mark.parametrize("name", MODELLED)
+def test_distance_is_the_shortest_completion(name):
+    gbnf, lark_text = GRAMMARS[name]
+    grammar = parse_gbnf(gbnf)
+    model = rule_automata(grammar)
+    accepts = oracle(lark_text)
+    c = Configurations(model)
+    rng = random.Random(name)
+    strings = [s for s in (sample(grammar, rng) for _ in range(120)) if len(s) <= 30][:40]
+    alphabet = "".join(sorted({ch for s in strings for ch in s}))
+    strings += [mutate(rng.choice(strings), rng, alphabet) for _ in range(40)]
+    assert _cost(c, c.initial()) == model.shortest
+    checked = 0
+    for s in strings:
+        data = s.encode()
+        configs = c.initial()
+        for i in range(len(data) + 1):
+            if i:
+                configs = c.step(configs, data[i - 1])
+            if not configs:
+                assert not accepts(s[:len(data[:i].decode(errors="ignore"))]) or i < len(data)
+                break
+            cost = _cost(c, configs)
+            prefix = data[:i]
+            try:
+                text = prefix.decode()
+            except UnicodeDecodeError:
+                continue  # inside a character: Lark reads characters
+            # (1) zero exactly on sentences
+            assert (cost == 0) == accepts(text), (name, text, cost)
+            # (2) one byte lowers it by at most one
+            for b in range(256):
+                after = c.step(configs, b)
+                if after:
+                    assert _cost(c, after) >= cost - 1
+                    # the static bound the masks rely on
+                    assert _cost(c, after) <= max(c.cost(x) for x in configs) + model.inc1
+            # (3) a completion of exactly that length: follow a byte that lowers it
+            tail, cur = b"", configs
+            for _ in range(cost):
+                nxt = next(((b, a) for b in range(256) if (a := c.step(cur, b)) and _cost(c, a) == _cost(c, cur) - 1),
+                           None)
+                assert nxt is not None, (name, text, cost, tail)
+                tail += bytes([nxt[0]])
+                cur = nxt[1]
+            assert accepts((prefix + tail).decode()), (name, text, tail)
+            checked += 1
+    assert checked >= 40
+
+
+def test_the_ambiguous_example_jumps():
+    """One byte can raise the distance by more than any constant: the set of
+    configurations keeps the cheap parse until the byte that kills it."""
+    gbnf, _ = GRAMMARS["ambiguous-depth"]
+    c = Configurations(rule_automata(parse_gbnf(gbnf)))
+    configs = c.advance(c.initial(), b"((((")
+    assert _cost(c, configs) == 4
+    assert _cost(c, c.advance(configs, b"b")) == 44
+
+
+# --------------------------------------------------------------------- masks
+
+MULTI = [b"((", b"))", b"()", b"1+", b"+(", b"*(", b"12", b"[]", b"[[", b"]]", b"{}", b"})", b"yyyy",
+         b'"ab', b'",', b'"]', b"(b", b"))yyyyyyyyyy", b"abc", b"zz", b"\xe2\x82"]
+STOP = 256 + len(MULTI)
+VOCAB = TokenVocabulary(tuple([bytes([b]) for b in range(256)] + MULTI + [None]), frozenset({STOP}), STOP + 1, "raw")
+
+
+def _allowed(m: PushdownMatcher) -> list[int]:
+    row = np.zeros((VOCAB.size + 31) // 32, dtype=np.int32)
+    m.fill_bitmask(row)
+    return sorted(allowed_set(row, VOCAB.size))
+
+
+@pytest.fixture(scope="module", params=MODELLED)
+def compiled(request):
+    gbnf, lark_text = GRAMMARS[request.param]
+    return request.param, compile_pushdown(parse_gbnf(gbnf), VOCAB), oracle(lark_text)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                  HealthCheck.function_scoped_fixture])
+@given(st.integers(0, 2**32), st.integers(0, 30))
+def test_replies_finish_within_budget(compiled, seed, slack):
+    """Random replies biased to open things (the longest tokens, recursion) end,
+    with the stop token, inside the budget, and Lark accepts them."""
+    name, comp, accepts = compiled
+    assert comp.completion is not None
+    rng = random.Random(seed)
+    shortest = comp.completion.model.shortest + 1
+    budget = shortest + slack
+    m = comp.new_matcher()
+    m.set_token_budget(budget)
+    plain = PushdownMatcher(comp)
+    out = b""
+    while not m.is_terminated():
+        assert m.num_accepted < budget, (name, out)
+        allowed = _allowed(m)
+        assert allowed, (name, out)
+        plain_allowed = _allowed(plain)
+        assert set(allowed) <= set(plain_allowed)
+        longest = [t for t in allowed if t != STOP and len(VOCAB.token_bytes[t]) > 1]
+        t = rng.choice(longest) if longest and rng.random() < 0.7 else rng.choice(allowed)
+        assert m.accept_tokens([t]) and plain.accept_tokens([t])
+        if t != STOP:
+            out += VOCAB.token_bytes[t]
+    assert m.num_accepted <= budget
+    assert accepts(out.decode()), (name, out)
+
+
+def test_far_from_the_end_the_mask_is_xgrammars():
+    gbnf, _ = GRAMMARS["arithmetic"]
+    comp = compile_pushdown(parse_gbnf(gbnf), VOCAB)
+    m = comp.new_matcher()
+    m.set_token_budget(1000)
+    plain = PushdownMatcher(comp)
+    for t in [ord("("), ord("("), 256 + MULTI.index(b"12")]:
+        assert _allowed(m) == _allowed(plain)
+        m.accept_tokens([t])
+        plain.accept_tokens([t])
+    m.set_token_budget(m.num_accepted + 4)  # "))" + stop: only closing fits now
+    allowed = _allowed(m)
+    assert 256 + MULTI.index(b"))") in allowed and ord(")") in allowed
+    assert ord("(") not in allowed and ord("+") not in allowed and STOP not in allowed
+
+
+def test_budget_follows_rollback():
+    gbnf, _ = GRAMMARS["nested-brackets"]
+    comp = compile_pushdown(parse_gbnf(gbnf), VOCAB)
+    m = comp.new_matcher()
+    m.set_token_budget(9)
+    text = [256 + MULTI.index(b"(("), ord("["), ord("{")]
+    assert m.accept_tokens(text)
+    after = _allowed(m)
+    assert m.accept_tokens([ord("}"), ord("]")])
+    m.rollback(2)
+    assert _allowed(m) == after
+    assert m.validate_tokens([ord("}"), ord("]"), ord(")")]) == [ord("}"), ord("]"), ord(")")]
+    assert _allowed(m) == after
+    fresh = comp.new_matcher()
+    fresh.set_token_budget(9)
+    fresh.accept_tokens(text)
+    assert _allowed(fresh) == after
+    m.reset()
+    start = comp.new_matcher()
+    start.set_token_budget(9)
+    assert m.num_accepted == 0 and _allowed(m) == _allowed(start)
+
+
+def test_a_walk_past_its_work_cap_falls_back_to_single_bytes_and_still_finishes():
+    gbnf, lark_text = GRAMMARS["nested-lists-with-text"]
+    comp = compile_pushdown(parse_gbnf(gbnf), VOCAB)
+    accepts = oracle(lark_text)
+    cap = comp.completion.work_cap
+    try:
+        comp.completion.work_cap = 3
+        m = comp.new_matcher()
+        m.set_token_budget(14)
+        out = b""
+        for t in [ord("["), ord("["), 256 + MULTI.index(b'"ab')]:
+            m.accept_tokens([t])
+            out += VOCAB.token_bytes[t]
+        while not m.is_terminated():
+            allowed = _allowed(m)
+            assert all(t == STOP or len(VOCAB.token_bytes[t]) == 1 for t in allowed)
+            t = max(allowed)
+            m.accept_tokens([t])
+            out += VOCAB.token_bytes[t] if t != STOP else b""
+        assert m.num_accepted <= 14 and accepts(out.decode()), out
+    finally:
+        comp.completion.work_cap = cap
+
+
+def test_budget_below_the_shortest_reply_still_heads_for_the_end():
+    gbnf, lark_text = GRAMMARS["arithmetic"]
+    comp = compile_pushdown(parse_gbnf(gbnf), VOCAB)
+    m = comp.new_matcher()
+    m.accept_tokens([ord("("), ord("(")])
+    m.set_token_budget(3)
+    out = b"(("
+    for _ in range(10):
+        allowed = _allowed(m)
+        t = STOP if STOP in allowed else min(allowed)
+        m.accept_tokens([t])
+        if m.is_terminated():
+            break
+        out += VOCAB.token_bytes[t]
+    assert m.is_terminated() and oracle(lark_text)(out.decode()), out
+
+
+def test_left_recursion_keeps_no_budget():
+    gbnf, _ = GRAMMARS["left-recursive-precedence"]
+    comp = compile_pushdown(parse_gbnf(gbnf), VOCAB)
+    assert comp.completion is None
+    m = comp.new_matcher()
+    m.set_token_budget(3)
+    assert not m.supports_budget
+
+
+def test_admission_still_refuses_only_what_cannot_fit():
+    """A recursive grammar's admission stays a lower bound (the stop token);
+    the budget masks make the rest fit."""
+    gbnf, _ = GRAMMARS["arithmetic"]
+    assert shortest_reply(Constraint(Kind.GRAMMAR, gbnf), VOCAB) == 1
