@@ -76,22 +76,21 @@ def test_oracle_sanity():
 def test_arithmetic_grammar_replies_parse(client, server):
     r = client.completions.create(model=server.model, prompt="Math:", max_tokens=60, n=4,
                                   extra_body={"guided_grammar": ARITH})
-    for c in r.choices:
-        if c.finish_reason == "stop":
-            assert _Parser(c.text).parse(), c.text
-        else:  # cut at max_tokens: still a prefix of the language (budget masks finish it normally)
-            assert c.finish_reason == "length"
-    assert any(c.finish_reason == "stop" for c in r.choices)
+    for c in r.choices:  # recursive, and still finished inside max_tokens (core/grammar/completion.py)
+        assert c.finish_reason == "stop", c.text
+        assert _Parser(c.text).parse(), c.text
 
 
 def test_grammar_streaming_chat(client, server):
     stream = client.chat.completions.create(
-        model=server.model, messages=[{"role": "user", "content": "sum"}], max_tokens=60, stream=True,
+        model=server.model, messages=[{"role": "user", "content": "sum"}], max_tokens=12, stream=True,
         extra_body={"guided_grammar": 'root ::= "(" root ")" | "x"'},
     )
-    text = "".join(ch.choices[0].delta.content or "" for ch in stream if ch.choices)
+    chunks = [ch for ch in stream if ch.choices]
+    text = "".join(ch.choices[0].delta.content or "" for ch in chunks)
     depth = text.count("(")
-    assert text == "(" * depth + "x" + ")" * depth or not text.endswith(")" * depth)
+    assert text == "(" * depth + "x" + ")" * depth, text
+    assert chunks[-1].choices[0].finish_reason == "stop"
 
 
 def test_json_object_replies_parse(client, server):
@@ -167,3 +166,45 @@ def test_grammar_without_recursion_finishes_inside_max_tokens(request, fixture):
 
 def test_grammar_without_recursion_shorter_than_its_shortest_reply_is_400(server):
     assert _shortest_reply(server, COMMANDS) >= 3  # "move up 1" and the stop token, however tokenized
+
+
+# Recursive grammars (pushdown, on xgrammar's matcher) finish inside max_tokens
+# too: poot tracks the shortest completion of the reply so far on its own
+# model of the grammar and, near the end, allows only tokens after which it
+# still fits (core/grammar/completion.py).  Oracle: each grammar's Lark twin.
+RECURSIVE = {
+    "arithmetic": (
+        'root ::= expr\nexpr ::= term (("+" | "-") term)*\nterm ::= factor (("*" | "/") factor)*\n'
+        'factor ::= number | "(" expr ")" | "-" factor\nnumber ::= [0-9] | [1-9] [0-9]+\n',
+        'start: expr\nexpr: term (("+" | "-") term)*\nterm: factor (("*" | "/") factor)*\n'
+        'factor: NUMBER | "(" expr ")" | "-" factor\nNUMBER: /[1-9][0-9]+|[0-9]/\n'),
+    "nested-lists": (
+        'root ::= value\nvalue ::= list | str | [0-9]+\nlist ::= "[" (value ("," value)*)? "]"\n'
+        'str ::= "\\"" [a-z ]* "\\""\n',
+        'start: value\nvalue: list | STR | DIGITS\nlist: "[" (value ("," value)*)? "]"\n'
+        'STR: /"[a-z ]*"/\nDIGITS: /[0-9]+/\n'),
+    "block-dsl": (
+        'root ::= stmt (" " stmt)*\nstmt ::= "set " ident "=" num ";" | "if " ident " {" (" " stmt)+ " }"\n'
+        'ident ::= [a-z]+\nnum ::= [0-9]+\n',
+        'start: stmt (" " stmt)*\nstmt: "set " IDENT "=" NUM ";" | "if " IDENT " {" (" " stmt)+ " }"\n'
+        'IDENT: /[a-z]+/\nNUM: /[0-9]+/\n'),
+}
+
+
+@pytest.mark.parametrize("fixture", ["spm_server", "bpe_server"])
+@pytest.mark.parametrize("name", sorted(RECURSIVE))
+def test_recursive_grammar_finishes_inside_max_tokens(request, fixture, name):
+    """n = 8 at a tight and a roomier max_tokens: every reply stops, and parses."""
+    import lark
+    import openai
+
+    gbnf, lark_text = RECURSIVE[name]
+    parser = lark.Lark(lark_text, start="start", parser="earley", lexer="dynamic_complete")
+    server = request.getfixturevalue(fixture)
+    client = openai.OpenAI(base_url=server.base_url, api_key="EMPTY", max_retries=0, timeout=120)
+    for max_tokens in (14, 40):
+        r = client.completions.create(model=server.model, prompt="Go:", max_tokens=max_tokens, n=8,
+                                      extra_body={"guided_grammar": gbnf})
+        for c in r.choices:
+            assert c.finish_reason == "stop", (name, max_tokens, c.finish_reason, c.text)
+            parser.parse(c.text)  # raises on a reply outside the language

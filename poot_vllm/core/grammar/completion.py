@@ -608,11 +608,11 @@ def _walk(byte_next, call_off, call_start, call_ret, accepting, first, dist,
 class CompletionMasks:
     """The trie walk for one (grammar model, vocabulary): shared, read-only."""
 
-    def __init__(self, model: RuleAutomata, vocab: Any) -> None:
+    def __init__(self, model: RuleAutomata, vocab: Any, trie: Any = None) -> None:
         from poot_vllm.core.token_trie import TokenTrie
 
         self.model = model
-        self.trie = TokenTrie.build(vocab)
+        self.trie = trie if trie is not None else TokenTrie.build(vocab)
         # Stop tokens are the matcher's business (each request has its own):
         # the walk sets text tokens by their bytes, and the matcher clears its stop ids.
         self.no_stop = np.zeros(vocab.size, dtype=bool)
@@ -655,3 +655,18 @@ class CompletionMasks:
             if after and min(configs_state.cost(c) for c in after) <= limit:
                 for t in ids:
                     words[t >> 5] |= np.uint32(1 << (t & 31))
+
+
+def warm_up() -> None:
+    """Compile (or load from numba's cache) the trie-walk kernel on a toy grammar,
+    so the first budgeted grammar reply does not pay for it."""
+    from poot_vllm.core.grammar.gbnf import parse_gbnf
+    from poot_vllm.core.masks import _ToyVocab
+    from poot_vllm.core.token_trie import _build_trie
+
+    model = rule_automata(parse_gbnf('root ::= "(" root ")" | "x"'))
+    vocab = _ToyVocab((b"(", b"x", b"))", None), frozenset({3}), 4)
+    masks = CompletionMasks(model, vocab, _build_trie(vocab.token_bytes, vocab.size))  # keep the cache for real tries
+    configs = Configurations(model)
+    row = np.zeros(1, dtype=np.int32)
+    masks.allowed(configs, configs.advance(configs.initial(), b"(("), 3, row)
