@@ -5,6 +5,7 @@ plus the per-step cost of the budget check.
     python scripts/bench_budget.py e2e   [--model .models/tiny-llama-spm] [--no-poot-off]
     python scripts/bench_budget.py micro [--vocab llama3-bpe-128k]
     python scripts/bench_budget.py batch [--vocab llama3-bpe-128k] [--requests 64] [--workers 2]
+    python scripts/bench_budget.py grammar [--vocab llama3-bpe-128k] [--replies 16]
 
 ``e2e`` starts one server per backend in turn (poot; poot with
 ``POOT_BUDGET_MASKS=0``; xgrammar via ``--structured-outputs-config.backend``)
@@ -17,6 +18,14 @@ validate, mean completion tokens.
 
 ``micro`` times ``fill_bitmask`` with a budget far from and near the limit, for
 a JSON Schema DFA and for json_object, on a real vocabulary.
+
+``grammar`` runs random replies (a uniformly random allowed token each step,
+what a random-weight model does) of the recursive grammars of
+``bench-data/grammar.jsonl`` at ``max_tokens`` 32/64/128 on a real vocabulary,
+four ways: xgrammar's matcher alone, xgrammar's mask with poot's budget,
+poot's own masks (``core/grammar/rule_masks.py``) alone and with the budget:
+replies that end with the stop token inside ``max_tokens``, replies the Lark
+twin parses, and ``fill_bitmask`` microseconds per step.
 
 ``batch`` fills the bitmask of a batch of requests (``--requests``, each at
 its own state of a JSON Schema reply, near its budget limit or without a
@@ -293,6 +302,82 @@ def batch(args) -> None:
         print(f"| {label} | " + " | ".join(cells) + " |", flush=True)
 
 
+def _real_vocab(name: str):
+    from transformers import AutoTokenizer
+
+    from poot_vllm.core.vocabulary import TokenVocabulary
+
+    path = Path(name)
+    if not path.exists():
+        path = REPO.parent / "shared" / "bench-data" / "vocab" / name
+    tok = AutoTokenizer.from_pretrained(str(path))
+    return path.name, TokenVocabulary.from_tokenizer(tok, stop_ids=[tok.eos_token_id])
+
+
+def grammar(args) -> None:
+    import random
+
+    import lark
+    import numpy as np
+
+    from poot_vllm.core.grammar import parse_gbnf
+    from poot_vllm.core.matchers.pushdown import compile_pushdown
+
+    import os
+
+    name, vocab = _real_vocab(args.vocab)
+    data = REPO.parent / "shared" / "bench-data" / "grammar.jsonl"
+    items = [json.loads(line) for line in data.read_text().splitlines()]
+    words = (vocab.size + 31) // 32
+    stop = min(vocab.stop_ids)
+    print(f"Vocabulary {name} ({vocab.size} tokens); {args.replies} random replies per cell\n")
+    print("| grammar | max_tokens | engine | stop inside max_tokens | parsed | step us med / p99 / max |")
+    print("|---|---:|---|---:|---:|---|")
+    for item in items:
+        parser = lark.Lark(item["lark"], start="start", parser="earley", lexer="dynamic_complete")
+        engines = {}
+        for own in ("off", "on"):
+            os.environ["POOT_GRAMMAR_MASKS"] = own
+            t0 = time.perf_counter()
+            engines[own] = compile_pushdown(parse_gbnf(item["gbnf"]), vocab)
+            print(f"<!-- {item['id']}: compile with POOT_GRAMMAR_MASKS={own}: "
+                  f"{(time.perf_counter() - t0) * 1e3:.0f} ms -->", flush=True)
+        os.environ.pop("POOT_GRAMMAR_MASKS")
+        for max_tokens in MAX_TOKENS:
+            for engine, compiled, budget in (("xgrammar (no budget)", engines["off"], None),
+                                             ("xgrammar + poot budget", engines["off"], max_tokens),
+                                             ("poot (no budget)", engines["on"], None),
+                                             ("poot + budget", engines["on"], max_tokens)):
+                stops = parsed = 0
+                steps: list[float] = []
+                for seed in range(args.replies):
+                    rng = random.Random(seed)
+                    m = compiled.new_matcher()
+                    if budget is not None:
+                        m.set_token_budget(budget)
+                    row = np.zeros(words, dtype=np.int32)
+                    out = b""
+                    while not m.is_terminated() and m.num_accepted < max_tokens:
+                        t0 = time.perf_counter()
+                        m.fill_bitmask(row)
+                        steps.append(time.perf_counter() - t0)
+                        allowed = np.flatnonzero(np.unpackbits(row.view(np.uint8), bitorder="little")[:vocab.size])
+                        token = int(rng.choice(allowed.tolist()))
+                        m.accept_tokens([token])
+                        if token != stop:
+                            out += vocab.token_bytes[token] or b""
+                    if m.is_terminated():
+                        stops += 1
+                        try:
+                            parser.parse(out.decode())
+                            parsed += 1
+                        except (lark.exceptions.LarkError, UnicodeDecodeError):
+                            pass
+                us = np.array(steps[1:]) * 1e6  # the first fill of the run pays one-time kernel loads
+                print(f"| {item['id']} | {max_tokens} | {engine} | {stops}/{args.replies} | {parsed}/{args.replies} "
+                      f"| {np.median(us):.0f} / {np.percentile(us, 99):.0f} / {us.max():.0f} |", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -306,8 +391,11 @@ def main() -> None:
     p.add_argument("--requests", type=int, default=64)
     p.add_argument("--workers", type=int, nargs="*", default=[1, 2])
     p.add_argument("--reps", type=int, default=200)
+    p = sub.add_parser("grammar")
+    p.add_argument("--vocab", default="llama3-bpe-128k")
+    p.add_argument("--replies", type=int, default=16)
     args = parser.parse_args()
-    {"e2e": e2e, "micro": micro, "batch": batch}[args.cmd](args)
+    {"e2e": e2e, "micro": micro, "batch": batch, "grammar": grammar}[args.cmd](args)
 
 
 if __name__ == "__main__":

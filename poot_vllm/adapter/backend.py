@@ -70,12 +70,12 @@ def constraint_for(request_type: StructuredOutputOptions, grammar_spec: str) -> 
 
 
 def _warm_up(vocab: TokenVocabulary | None = None) -> None:
-    from poot_vllm.core.grammar.completion import warm_up as warm_up_grammar_budgets
+    from poot_vllm.core.grammar.rule_masks import warm_up as warm_up_grammar_masks
     from poot_vllm.core.masks import warm_up
     from poot_vllm.core.regex.charsets import category
 
     warm_up()
-    warm_up_grammar_budgets()
+    warm_up_grammar_masks()
     for letter in "dws":  # \d \w \s tables: ~0.3 s each, once per process
         category(letter)
     if vocab is not None:

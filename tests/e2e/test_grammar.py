@@ -76,7 +76,7 @@ def test_oracle_sanity():
 def test_arithmetic_grammar_replies_parse(client, server):
     r = client.completions.create(model=server.model, prompt="Math:", max_tokens=60, n=4,
                                   extra_body={"guided_grammar": ARITH})
-    for c in r.choices:  # recursive, and still finished inside max_tokens (core/grammar/completion.py)
+    for c in r.choices:  # recursive, and still finished inside max_tokens (core/grammar/rule_automata.py, rule_masks.py)
         assert c.finish_reason == "stop", c.text
         assert _Parser(c.text).parse(), c.text
 
@@ -171,7 +171,7 @@ def test_grammar_without_recursion_shorter_than_its_shortest_reply_is_400(server
 # Recursive grammars (pushdown, on xgrammar's matcher) finish inside max_tokens
 # too: poot tracks the shortest completion of the reply so far on its own
 # model of the grammar and, near the end, allows only tokens after which it
-# still fits (core/grammar/completion.py).  Oracle: each grammar's Lark twin.
+# still fits (core/grammar/rule_automata.py, rule_masks.py).  Oracle: each grammar's Lark twin.
 RECURSIVE = {
     "arithmetic": (
         'root ::= expr\nexpr ::= term (("+" | "-") term)*\nterm ::= factor (("*" | "/") factor)*\n'

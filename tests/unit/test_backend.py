@@ -151,9 +151,9 @@ def test_the_n_choices_of_one_request_compile_once(backend, tokenizer, monkeypat
         option, spec = Opt.REGEX, f"{word}[0-9]+"
         builds = _count_calls(monkeypatch, CompiledDFA, "build")
     else:
-        # recursive, so it runs on the pushdown matcher (a grammar without recursion is a DFA)
+        # recursive, so it runs on poot's pushdown masks (a grammar without recursion is a DFA)
         option, spec = Opt.GRAMMAR, f'root ::= "{word}" x\nx ::= [0-9]+ | "(" x ")"'
-        builds = _count_calls(monkeypatch, pushdown, "_compile_xgrammar")
+        builds = _count_calls(monkeypatch, pushdown, "_rule_masks")
     n = 6
     with ThreadPoolExecutor(n) as pool:
         grammars = list(pool.map(lambda _: backend.compile_grammar(option, spec, stop_token_ids={EOS}), range(n)))

@@ -1,4 +1,4 @@
-"""Recursive grammars finish inside their token budget (core/grammar/completion.py).
+"""Recursive grammars finish inside their token budget (core/grammar/rule_automata.py, rule_masks.py).
 
 The model's distance must be the shortest completion: Lark (the twins of
 test_pushdown_matcher.py's table) is the oracle for "a sentence", and the
@@ -20,10 +20,13 @@ from hypothesis import strategies as st
 from poot_vllm.core.budget import shortest_reply
 from poot_vllm.core.constraints import Constraint, Kind
 from poot_vllm.core.grammar import parse_gbnf
-from poot_vllm.core.grammar.completion import Configurations, rule_automata
+from poot_vllm.core.grammar.rule_automata import Configurations, rule_automata
 from poot_vllm.core.grammar.regular import dependency_order
 from poot_vllm.core.matchers.pushdown import PushdownMatcher, compile_pushdown
 from poot_vllm.core.vocabulary import TokenVocabulary
+
+import os
+from contextlib import contextmanager
 
 from tests.unit.mask_helpers import allowed_set
 from tests.unit.test_pushdown_matcher import GRAMMARS, mutate, oracle, sample
@@ -128,16 +131,45 @@ STOP = 256 + len(MULTI)
 VOCAB = TokenVocabulary(tuple([bytes([b]) for b in range(256)] + MULTI + [None]), frozenset({STOP}), STOP + 1, "raw")
 
 
-def _allowed(m: PushdownMatcher) -> list[int]:
+@contextmanager
+def _grammar_masks(own: bool):
+    old = os.environ.get("POOT_GRAMMAR_MASKS")
+    os.environ["POOT_GRAMMAR_MASKS"] = "on" if own else "off"
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ["POOT_GRAMMAR_MASKS"]
+        else:
+            os.environ["POOT_GRAMMAR_MASKS"] = old
+
+
+def compile_grammar(gbnf: str, vocab: TokenVocabulary = VOCAB, own: bool = True):
+    """``own``: poot's masks (RuleMatcher); else xgrammar's matcher with poot's budget."""
+    with _grammar_masks(own):
+        return compile_pushdown(parse_gbnf(gbnf), vocab)
+
+
+def plain_matcher(gbnf: str, vocab: TokenVocabulary = VOCAB) -> PushdownMatcher:
+    """xgrammar's matcher alone: the reference mask."""
+    comp = compile_grammar(gbnf, vocab, own=False)
+    return PushdownMatcher(comp)
+
+
+def _allowed(m) -> list[int]:
     row = np.zeros((VOCAB.size + 31) // 32, dtype=np.int32)
     m.fill_bitmask(row)
     return sorted(allowed_set(row, VOCAB.size))
 
 
-@pytest.fixture(scope="module", params=MODELLED)
+@pytest.fixture(scope="module", params=[(name, own) for name in MODELLED for own in (True, False)],
+                ids=lambda p: f"{p[0]}-{'poot' if p[1] else 'xgrammar'}")
 def compiled(request):
-    gbnf, lark_text = GRAMMARS[request.param]
-    return request.param, compile_pushdown(parse_gbnf(gbnf), VOCAB), oracle(lark_text)
+    name, own = request.param
+    gbnf, lark_text = GRAMMARS[name]
+    comp = compile_grammar(gbnf, own=own)
+    assert (comp.compiled is None) == own
+    return name, comp, oracle(lark_text)
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow,
@@ -147,13 +179,13 @@ def test_replies_finish_within_budget(compiled, seed, slack):
     """Random replies biased to open things (the longest tokens, recursion) end,
     with the stop token, inside the budget, and Lark accepts them."""
     name, comp, accepts = compiled
-    assert comp.completion is not None
+    assert comp.rules is not None
     rng = random.Random(seed)
-    shortest = comp.completion.model.shortest + 1
+    shortest = comp.rules.model.shortest + 1
     budget = shortest + slack
     m = comp.new_matcher()
     m.set_token_budget(budget)
-    plain = PushdownMatcher(comp)
+    plain = plain_matcher(GRAMMARS[name][0])
     out = b""
     while not m.is_terminated():
         assert m.num_accepted < budget, (name, out)
@@ -170,12 +202,13 @@ def test_replies_finish_within_budget(compiled, seed, slack):
     assert accepts(out.decode()), (name, out)
 
 
-def test_far_from_the_end_the_mask_is_xgrammars():
+@pytest.mark.parametrize("own", [True, False])
+def test_far_from_the_end_the_mask_is_the_grammars(own):
     gbnf, _ = GRAMMARS["arithmetic"]
-    comp = compile_pushdown(parse_gbnf(gbnf), VOCAB)
+    comp = compile_grammar(gbnf, own=own)
     m = comp.new_matcher()
     m.set_token_budget(1000)
-    plain = PushdownMatcher(comp)
+    plain = plain_matcher(gbnf)
     for t in [ord("("), ord("("), 256 + MULTI.index(b"12")]:
         assert _allowed(m) == _allowed(plain)
         m.accept_tokens([t])
@@ -186,9 +219,10 @@ def test_far_from_the_end_the_mask_is_xgrammars():
     assert ord("(") not in allowed and ord("+") not in allowed and STOP not in allowed
 
 
-def test_budget_follows_rollback():
+@pytest.mark.parametrize("own", [True, False])
+def test_budget_follows_rollback(own):
     gbnf, _ = GRAMMARS["nested-brackets"]
-    comp = compile_pushdown(parse_gbnf(gbnf), VOCAB)
+    comp = compile_grammar(gbnf, own=own)
     m = comp.new_matcher()
     m.set_token_budget(9)
     text = [256 + MULTI.index(b"(("), ord("["), ord("{")]
@@ -211,11 +245,11 @@ def test_budget_follows_rollback():
 
 def test_a_walk_past_its_work_cap_falls_back_to_single_bytes_and_still_finishes():
     gbnf, lark_text = GRAMMARS["nested-lists-with-text"]
-    comp = compile_pushdown(parse_gbnf(gbnf), VOCAB)
+    comp = compile_grammar(gbnf, own=False)  # (poot's own fill has its own fallback: test_rule_masks)
     accepts = oracle(lark_text)
-    cap = comp.completion.work_cap
+    cap = comp.rules.work_cap
     try:
-        comp.completion.work_cap = 3
+        comp.rules.work_cap = 3
         m = comp.new_matcher()
         m.set_token_budget(14)
         out = b""
@@ -230,12 +264,13 @@ def test_a_walk_past_its_work_cap_falls_back_to_single_bytes_and_still_finishes(
             out += VOCAB.token_bytes[t] if t != STOP else b""
         assert m.num_accepted <= 14 and accepts(out.decode()), out
     finally:
-        comp.completion.work_cap = cap
+        comp.rules.work_cap = cap
 
 
-def test_budget_below_the_shortest_reply_still_heads_for_the_end():
+@pytest.mark.parametrize("own", [True, False])
+def test_budget_below_the_shortest_reply_still_heads_for_the_end(own):
     gbnf, lark_text = GRAMMARS["arithmetic"]
-    comp = compile_pushdown(parse_gbnf(gbnf), VOCAB)
+    comp = compile_grammar(gbnf, own=own)
     m = comp.new_matcher()
     m.accept_tokens([ord("("), ord("(")])
     m.set_token_budget(3)
@@ -253,7 +288,7 @@ def test_budget_below_the_shortest_reply_still_heads_for_the_end():
 def test_left_recursion_keeps_no_budget():
     gbnf, _ = GRAMMARS["left-recursive-precedence"]
     comp = compile_pushdown(parse_gbnf(gbnf), VOCAB)
-    assert comp.completion is None
+    assert comp.rules is None and comp.compiled is not None  # xgrammar's matcher serves it
     m = comp.new_matcher()
     m.set_token_budget(3)
     assert not m.supports_budget

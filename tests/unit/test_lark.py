@@ -24,7 +24,7 @@ from poot_vllm.core.grammar.gbnf import parse_gbnf
 from poot_vllm.core.grammar.json_object import JSON_OBJECT_GBNF
 from poot_vllm.core.grammar.lark import COMMON_LARK, grammar_syntax, parse_grammar, parse_lark
 from poot_vllm.core.limits import Limits
-from poot_vllm.core.matchers.pushdown import PushdownMatcher, compile_pushdown
+from poot_vllm.core.matchers.pushdown import compile_pushdown
 
 from tests.bench_data import bench_path, require_bench
 from tests.unit.test_pushdown_matcher import BYTE_VOCAB, accepts_bytes, mutate, sample
@@ -37,8 +37,8 @@ def bench_items() -> list[dict]:
 
 
 @functools.lru_cache(maxsize=None)
-def poot_matcher(text: str) -> PushdownMatcher:
-    return PushdownMatcher(compile_pushdown(parse_grammar(text), BYTE_VOCAB))
+def poot_matcher(text: str):
+    return compile_pushdown(parse_grammar(text), BYTE_VOCAB).new_matcher()
 
 
 def poot_accepts(text: str, s: str) -> bool:
@@ -76,7 +76,7 @@ def test_bench_lark_twins_have_the_language_of_their_gbnf_twins():
     poot's Lark grammar, poot's GBNF grammar and lark."""
     for item in bench_items():
         text, gbnf = item["lark"], parse_gbnf(item["gbnf"])
-        gbnf_m = PushdownMatcher(compile_pushdown(gbnf, BYTE_VOCAB))
+        gbnf_m = compile_pushdown(gbnf, BYTE_VOCAB).new_matcher()
         rng = random.Random(item["id"])
         from_gbnf = [sample(gbnf, rng) for _ in range(60)]
         from_lark = [sample(parse_grammar(text), rng) for _ in range(60)]

@@ -9,6 +9,7 @@ Lark's.  Masks are checked against acceptance token by token.
 from __future__ import annotations
 
 import json
+import os
 import random
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from hypothesis import strategies as st
 import lark  # the oracle (a vLLM dependency): failing to import it fails these tests
 
 from poot_vllm.core.grammar import parse_gbnf
-from poot_vllm.core.matchers.pushdown import PushdownMatcher, compile_pushdown  # noqa: E402
+from poot_vllm.core.matchers.pushdown import compile_pushdown  # noqa: E402
 from poot_vllm.core.grammar.gbnf import Alternation, CharClass, Literal, Repeat, RuleRef, Sequence  # noqa: E402
 from poot_vllm.core.vocabulary import TokenVocabulary  # noqa: E402
 
@@ -186,8 +187,25 @@ CROSSING_TOKENS = [b"(1", b"+2)", b")*", b"1+", b"((", b"))", b"SELECT ", b" FRO
 CROSS_VOCAB = make_vocab(CROSSING_TOKENS)
 
 
+@pytest.fixture(scope="module", autouse=True, params=["poot", "xgrammar"])
+def engine(request):
+    """Every test here runs on both grammar matchers: poot's own masks
+    (matchers/rules.py) and xgrammar's (POOT_GRAMMAR_MASKS=off)."""
+    old = os.environ.get("POOT_GRAMMAR_MASKS")
+    os.environ["POOT_GRAMMAR_MASKS"] = "on" if request.param == "poot" else "off"
+    yield request.param
+    if old is None:
+        del os.environ["POOT_GRAMMAR_MASKS"]
+    else:
+        os.environ["POOT_GRAMMAR_MASKS"] = old
+
+
+def PushdownMatcher(compiled, stop_ids=None):  # noqa: N802  (the matcher a compile gives, either engine)
+    return compiled.new_matcher(stop_ids)
+
+
 @pytest.fixture(scope="module")
-def compiled():
+def compiled(engine):
     out = {}
     for name, (gbnf, lark_text) in GRAMMARS.items():
         g = parse_gbnf(gbnf)
@@ -360,12 +378,14 @@ def test_deep_recursion_runs_on_the_pushdown():
     assert not accepts_bytes(m, b"(" * depth + b"x" + b")" * (depth - 1))
 
 
-def test_compile_is_cached_per_vocabulary_and_text():
-    g = parse_gbnf('root ::= "cache-me"')
+def test_compile_is_cached_per_vocabulary_and_text(engine):
+    g = parse_gbnf('root ::= "cache-me" root?')
     a = compile_pushdown(g, BYTE_VOCAB)
-    # The xgrammar grammar is the cached part (the wrapper is rebuilt per call).
-    assert compile_pushdown(parse_gbnf('root ::= "cache-me"'), BYTE_VOCAB).compiled is a.compiled
-    assert compile_pushdown(g, CROSS_VOCAB).compiled is not a.compiled
+    # poot's masks or the xgrammar grammar are the cached part (the wrapper is rebuilt per call).
+    part = (lambda c: c.rules) if engine == "poot" else (lambda c: c.compiled)
+    assert part(a) is not None
+    assert part(compile_pushdown(parse_gbnf('root ::= "cache-me" root?'), BYTE_VOCAB)) is part(a)
+    assert part(compile_pushdown(g, CROSS_VOCAB)) is not part(a)
 
 
 LLAMA3_STOP = 128001

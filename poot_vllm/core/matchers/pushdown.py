@@ -1,4 +1,8 @@
-"""Pushdown matcher: poot grammars run on xgrammar's compiled-grammar matcher.
+"""Pushdown matcher: grammars on xgrammar's compiled-grammar matcher, and the compile step for every grammar.
+
+Which matcher a grammar gets is decided in :func:`compile_pushdown`: poot's
+own (:mod:`poot_vllm.core.matchers.rules`) where its model has masks, else
+this module's :class:`PushdownMatcher`.
 
 poot parses and validates grammars itself (:mod:`.gbnf`), emits canonical
 xgrammar EBNF (:mod:`.emit`), and lets xgrammar's C++ Earley matcher do the
@@ -40,13 +44,16 @@ class CompiledPushdown:
     #: Budget tables when this is the json_object grammar over a vocabulary
     #: that can spell its closing bytes (see json_budget); else None.
     closing: Any = None
-    #: Budget model of any other grammar (grammar.completion.CompletionMasks),
-    #: None where the grammar has none (left recursion, too large).
-    completion: Any = None
+    #: poot's model of any other grammar (grammar.rule_masks.RuleMasks), None
+    #: where the grammar has none (left recursion, too large).  With its masks
+    #: precomputed, replies run on it (matchers.rules.RuleMatcher) and
+    #: ``compiled`` is None; otherwise xgrammar gives the mask and the model
+    #: the budget.
+    rules: Any = None
 
     @property
     def memory_bytes(self) -> int:
-        return int(self.compiled.memory_size_bytes)
+        return 0 if self.compiled is None else int(self.compiled.memory_size_bytes)
 
     @property
     def nbytes(self) -> int:
@@ -54,8 +61,16 @@ class CompiledPushdown:
         this wrapper itself is not cached)."""
         return self.memory_bytes
 
-    def new_matcher(self) -> "PushdownMatcher":
-        return PushdownMatcher(self)
+    def new_matcher(self, stop_ids: "Iterable[int] | None" = None) -> Any:
+        """A matcher for one reply: poot's (``RuleMatcher``) where the grammar has
+        its masks, else xgrammar's (``PushdownMatcher``).  ``stop_ids`` overrides
+        the vocabulary's stop ids."""
+        stops = self.stop_ids if stop_ids is None else frozenset(stop_ids)
+        if self.compiled is None:
+            from poot_vllm.core.matchers.rules import RuleMatcher
+
+            return RuleMatcher(self.rules, stops)
+        return PushdownMatcher(self, stops)
 
 
 def compiler_for(vocab: Any) -> Any:
@@ -99,13 +114,19 @@ def _compile_xgrammar(vocab: Any, runtime_ebnf: str) -> Any:
 def compile_pushdown(grammar: Grammar, vocab: Any, limits: Limits = DEFAULT_LIMITS) -> CompiledPushdown:
     """Compile a validated grammar for ``vocab``.
 
+    A grammar with a model (grammar.rule_automata: not left-recursive, not
+    too large) whose per-state masks fit ``limits.max_mask_work`` runs on
+    poot's own masks (``compiled`` is None; matchers.rules); others on
+    xgrammar's matcher, with poot's model for budgets where there is one.
+    ``POOT_GRAMMAR_MASKS=off`` keeps every grammar on xgrammar.
+
     The expensive parts live in the process's compiled-artefact cache (one
     byte budget, ``Limits.mask_cache_bytes``, read when the cache is first
-    used): the xgrammar grammar per (token bytes, grammar text), shared by
-    every stop-id set, and json_object's closing tables per vocabulary.  The
-    returned :class:`CompiledPushdown` is a cheap wrapper, built per call and
-    not cached itself, so no grammar is counted (or kept) twice.  ``limits``
-    is accepted for symmetry with the DFA path.
+    used): poot's masks per (token bytes, grammar text), the xgrammar grammar
+    per (token bytes, grammar text), both shared by every stop-id set, and
+    json_object's closing tables per vocabulary.  The returned
+    :class:`CompiledPushdown` is a cheap wrapper, built per call and not
+    cached itself, so no grammar is counted (or kept) twice.
     """
     from poot_vllm.core.cache import compiled_cache
 
@@ -120,23 +141,35 @@ def compile_pushdown(grammar: Grammar, vocab: Any, limits: Limits = DEFAULT_LIMI
         closing = cache.get_or_build(("json-closing", vocab.cache_key), lambda: closing_tables(vocab),
                                      sizeof=_closing_bytes)
         runtime_ebnf = json_object_runtime_ebnf(ebnf)
+    rules = None
+    if closing is None and ebnf != _json_object_ebnf():
+        own = _own_masks()
+        work = limits.max_mask_work
+        rules = cache.get_or_build(("grammar-rules", vocab.token_key, ebnf, own, work),
+                                   lambda: _rule_masks(grammar, vocab, own, work),
+                                   sizeof=lambda r: 0 if r is None else r.nbytes)
+        if rules is not None and rules.has_masks:
+            return CompiledPushdown(None, ebnf, vocab.size, frozenset(vocab.stop_ids), None, rules)
     compiled = cache.get_or_build(("xgrammar", vocab.token_key, runtime_ebnf),
                                   lambda: _compile_xgrammar(vocab, runtime_ebnf),
                                   sizeof=lambda c: int(c.memory_size_bytes))
-    completion = None
-    if closing is None and ebnf != _json_object_ebnf():
-        completion = cache.get_or_build(("grammar-completion", vocab.token_key, ebnf),
-                                        lambda: _completion_masks(grammar, vocab),
-                                        sizeof=lambda c: 0 if c is None else c.model.nbytes + 64 * 256)
-    return CompiledPushdown(compiled, ebnf, vocab.size, frozenset(vocab.stop_ids), closing, completion)
+    return CompiledPushdown(compiled, ebnf, vocab.size, frozenset(vocab.stop_ids), closing, rules)
 
 
-def _completion_masks(grammar: Grammar, vocab: Any) -> Any:
-    """The budget model of a (recursive) grammar for ``vocab``, or None."""
-    from poot_vllm.core.grammar.completion import CompletionMasks, rule_automata
+def _rule_masks(grammar: Grammar, vocab: Any, own: bool, max_work: int) -> Any:
+    """poot's model of a grammar for ``vocab`` (grammar.rule_masks), with its
+    masks precomputed if ``own`` (within ``max_work`` trie visits), or None."""
+    from poot_vllm.core.grammar.rule_masks import rule_masks
 
-    model = rule_automata(grammar)
-    return None if model is None else CompletionMasks(model, vocab)
+    return rule_masks(grammar, vocab, precompute=own, max_work=max_work)
+
+
+def _own_masks() -> bool:
+    """``POOT_GRAMMAR_MASKS=off`` keeps xgrammar's matcher for every grammar (poot's
+    model then only gives budgets); read per compile."""
+    from poot_vllm.core.limits import env_switch
+
+    return env_switch("POOT_GRAMMAR_MASKS", default=True)
 
 
 def _closing_bytes(tables: Any) -> int:
@@ -193,12 +226,12 @@ class PushdownMatcher(TokenMatcher):
             self._closer = JsonCloser()
         # Budgets (other grammars with a model): the parse configurations after
         # each accepted token, so a rollback is a truncation.
-        self._completion = compiled.completion
+        self._rules = compiled.rules
         self._configs = None
-        if self._completion is not None:
-            from poot_vllm.core.grammar.completion import Configurations
+        if self._rules is not None:
+            from poot_vllm.core.grammar.rule_automata import Configurations
 
-            self._configs = Configurations(self._completion.model)
+            self._configs = Configurations(self._rules.model)
             self._history = [self._configs.initial()]
         self._budget = None
         self._stop_cost = 1 if self._stop_ids else 0
@@ -214,7 +247,7 @@ class PushdownMatcher(TokenMatcher):
     def supports_budget(self) -> bool:
         """Whether ``set_token_budget`` makes replies finish in time: json_object
         over a vocabulary that spells its closing bytes, and grammars with a
-        completion model (grammar.completion: not left-recursive, not too large)."""
+        model (grammar.rule_automata: not left-recursive, not too large)."""
         return self._closer is not None or self._configs is not None
 
     def closing_cost(self) -> int | None:
@@ -235,7 +268,7 @@ class PushdownMatcher(TokenMatcher):
             data = self._closing.token_bytes[token] if token not in self._stop_ids else None
             self._closer.advance(data or b"")
         if self._configs is not None:
-            data = self._completion.token_bytes[token] if token not in self._stop_ids else None
+            data = self._rules.token_bytes[token] if token not in self._stop_ids else None
             self._history.append(self._configs.advance(self._history[-1], data or b""))
         return True
 
@@ -270,31 +303,13 @@ class PushdownMatcher(TokenMatcher):
 
     def _restrict_to_completion(self, row: np.ndarray) -> None:
         """Keep only tokens after which the grammar's reply still finishes in the
-        tokens left (grammar.completion): one token now, then at most one token
-        per byte of the shortest completion, then the stop token."""
+        tokens left (poot's model of the grammar; see matchers.rules)."""
+        from poot_vllm.core.matchers.rules import restrict_to_budget
+
         configs = self._history[-1]
-        if not configs:
-            return  # the model lost the parse (it cannot, as it reads what xgrammar reads): no restriction
-        costs = [self._configs.cost(c) for c in configs]
-        remaining = self._budget - self._accepted
-        limit = remaining - 1 - self._stop_cost
-        if limit >= max(costs) + self._completion.reach:
-            return  # no token can break it yet
-        grammar_row = row.copy()
-        allowed = np.empty_like(grammar_row)
-        self._completion.allowed(self._configs, configs, limit, allowed)
-        allowed &= ~self._stop_row
-        row &= allowed
-        if remaining >= self._stop_cost:
-            row |= grammar_row & self._stop_row
-        if not row.any():
-            # Past the point of no return (a budget below the shortest reply,
-            # which admission refuses where it can tell): head for the end.
-            self._completion.allowed(self._configs, configs, min(costs) - 1, allowed)
-            allowed &= ~self._stop_row
-            row[...] = grammar_row & (allowed | self._stop_row)
-            if not row.any():
-                row[...] = grammar_row
+        if configs:  # (the model reads what xgrammar reads, so it always has one)
+            restrict_to_budget(self._rules, self._configs, configs, row, self._budget - self._accepted,
+                               self._stop_cost, self._stop_row)
 
     def _restrict_to_budget(self, row: np.ndarray) -> None:
         """Keep only tokens after which the object still closes within the budget.

@@ -1,37 +1,25 @@
-"""How few bytes finish a recursive grammar's reply, and which tokens keep that in budget.
+"""poot's own model of a grammar: one byte DFA per rule, with call edges.
 
-xgrammar's matcher decides which tokens a grammar allows; it cannot say how
-far the reply is from a complete sentence, so a recursive GBNF/Lark reply
-used to run into ``max_tokens`` half-finished.  This module measures that
-distance on poot's own model of the grammar and restricts the last masks to
-tokens after which the reply still fits (docs/budget.md, issue 17).
-
-The model: one byte DFA per rule, with **call edges** (``q --R--> q'``: read
-one ``R``, then continue at ``q'``).  A parse is a *configuration*: the state
-``g`` of the rule being read and a stack of return states (frames).  Reading
-a byte either follows a byte edge of ``g``, or calls a rule (pushing the
-return state) and reads the byte there, or -- when ``g`` accepts -- returns to
-the frame below and reads it there.  Ambiguous grammars have several
-configurations at once; the matcher keeps the set.
+A GBNF/Lark grammar (poot's AST, :mod:`.gbnf`) becomes, rule by rule, a DFA
+whose edges read a byte or **call** a rule (``q --R--> q'``: read one ``R``,
+then continue at ``q'``); states are numbered across the grammar.  A parse is
+a *configuration* ``(g, f)``: the state ``g`` being read and a stack of return
+states (frames).  Reading a byte follows a byte edge of ``g``, or calls a rule
+(pushing the return state) and reads it there, or -- when ``g`` accepts --
+returns to the frame below and reads it there.  Ambiguous grammars have
+several configurations at once (:class:`Configurations` keeps the set).
 
 ``dist[g]`` is the fewest bytes that finish ``g``'s rule (a call costs the
 callee's shortest sentence), so a configuration finishes in
-``dist[g] + sum(dist[frame])`` bytes, and a set in the least of those.  With a
-vocabulary that has a one-byte token for every byte (byte-level BPE, and
-SentencePiece with ``<0xNN>`` fallback tokens), that many tokens always
-suffice, so allowing only tokens after which it stays within the tokens left
-makes every reply finish in time; on other vocabularies it is best effort.
+``dist[g] + sum(dist[frame])`` bytes, and a set in the least of those: what
+budget masks need (a recursive grammar's reply finishes inside
+``max_tokens``) and xgrammar cannot say.  :mod:`.rule_masks` turns the model
+into token masks; docs/gbnf.md and docs/budget.md say what users get.
 
-Cost.  Far from the end no token can matter: one byte raises the distance by
-at most ``inc1`` (a static bound), so while ``tokens left >= max distance +
-inc1 * longest token`` the mask is xgrammar's alone.  Closer, a numba kernel
-walks the token trie with the configurations (:func:`_walk`), bounded by a
-work cap; past it only one-byte tokens are checked (still always completes).
-
-Not every grammar gets a model: left recursion (``expr ::= expr "+" term``),
-automata past :data:`MAX_STATES`, or repeats expanded past
-:data:`MAX_NFA_STATES` leave the grammar without budgets, as before.  That is
-never a refusal: the grammar runs on xgrammar either way.
+Not every grammar gets a model: left recursion (``expr ::= expr "+" term``:
+the stack would grow without reading), more than :data:`MAX_STATES` rule-DFA
+states, or counted repeats expanded past :data:`MAX_NFA_STATES`.  Those run on
+xgrammar's matcher without budgets, as before; never a refusal.
 """
 
 from __future__ import annotations
@@ -45,7 +33,6 @@ import numpy as np
 from poot_vllm.core.automata.utf8 import DONE, codepoint_automaton
 from poot_vllm.core.grammar.gbnf import (Alternation, CharClass, Grammar, Literal, Node, Repeat, RuleRef, Sequence,
                                          reachable_rules)
-from poot_vllm.core.jit import jit_kernel as _jit
 
 #: Largest total of per-rule DFA states modelled (a byte table of 1 KiB each).
 MAX_STATES = 8192
@@ -90,14 +77,14 @@ class RuleAutomata:
                                           self.accepting, self.first, self.dist))  # twice: python_tables
 
     @functools.cached_property
-    def python_tables(self) -> tuple[list, Any, list, list, list]:
+    def python_tables(self) -> tuple[list, list, list, list, list, list]:
         """The tables as Python lists, for the per-byte steps of :class:`Configurations`
         (built once per grammar; list lookups are several times faster than numpy's)."""
         calls = [[(int(self.call_start[c]), int(self.call_ret[c]))
                   for c in range(self.call_off[g], self.call_off[g + 1])]
                  for g in range(self.n_states)]
         return (calls, self.byte_next.tolist(), self.dist.tolist(), self.accepting.tolist(),
-                (self.dist == 0).tolist())
+                (self.dist == 0).tolist(), [row.tobytes() for row in self.first])
 
 
 class _NFA:
@@ -422,7 +409,10 @@ class Configurations:
         self._cum: list[int] = []
         self._intern: dict[tuple[int, int], int] = {}
         tables = model.python_tables  # shared by every reply of the grammar
-        self._calls, self._byte_next, self._dist, self._accepting, self._nullable_start = tables
+        self._calls, self._byte_next, self._dist, self._accepting, self._nullable_start, self._first = tables
+        # The frames again as arrays for the mask kernels, with room after them
+        # for the frames a walk pushes (scratch; see arena()).
+        self._arrays = np.empty((3, 1024), dtype=np.int32)
 
     def initial(self) -> tuple[tuple[int, int], ...]:
         return ((self.m.start, -1),)
@@ -432,9 +422,16 @@ class Configurations:
         f = self._intern.get(key)
         if f is None:
             f = self._intern[key] = len(self._ret)
+            cum = self._dist[ret] + (self._cum[parent] if parent >= 0 else 0)
             self._ret.append(ret)
             self._parent.append(parent)
-            self._cum.append(self._dist[ret] + (self._cum[parent] if parent >= 0 else 0))
+            self._cum.append(cum)
+            if f >= self._arrays.shape[1]:
+                self._arrays = np.concatenate([self._arrays, np.empty_like(self._arrays)], axis=1)
+            arrays = self._arrays
+            arrays[0, f] = ret
+            arrays[1, f] = parent
+            arrays[2, f] = cum
         return f
 
     def cost(self, config: tuple[int, int]) -> int:
@@ -443,7 +440,7 @@ class Configurations:
 
     def step(self, configs: "tuple[tuple[int, int], ...]", byte: int) -> tuple[tuple[int, int], ...]:
         """The configurations after reading ``byte`` (empty: the model rejects it)."""
-        first = self.m.first
+        first = self._first
         out: dict[tuple[int, int], None] = {}
         for g0, f0 in configs:
             todo = [(g0, f0)]
@@ -457,7 +454,7 @@ class Configurations:
                 if nx >= 0:
                     out[(nx, f)] = None
                 for s, r in self._calls[g]:
-                    if first[s, byte] or self._nullable_start[s]:
+                    if first[s][byte] or self._nullable_start[s]:
                         todo.append((s, self.frame(r, f)))
                 if self._accepting[g] and f >= 0:
                     todo.append((self._ret[f], self._parent[f]))
@@ -473,200 +470,14 @@ class Configurations:
             configs = self.step(configs, byte)
         return configs
 
-    def arena(self, spare: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The frames as arrays with ``spare`` free slots for a walk's own pushes."""
+    def arena(self, spare: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+        """The frames as arrays ``(ret, parent, cum, n)`` for a kernel, with at least
+        ``spare`` free slots after the ``n`` in use (the kernel's own pushes land
+        there and are forgotten)."""
         n = len(self._ret)
-        ret = np.empty(n + spare, dtype=np.int32)
-        parent = np.empty(n + spare, dtype=np.int32)
-        cum = np.empty(n + spare, dtype=np.int32)
-        ret[:n] = self._ret
-        parent[:n] = self._parent
-        cum[:n] = self._cum
-        return ret, parent, cum
-
-
-# ------------------------------------------------------------------- masks
-
-
-#: Configurations one byte may explore at most inside the kernel.
-_EXPLORE_CAP = 256
-
-
-@_jit
-def _walk(byte_next, call_off, call_start, call_ret, accepting, first, dist,
-          node_byte, node_depth, node_end, tok_offsets, tok_ids, is_stop, max_depth,
-          init_g, init_f, fr_ret, fr_parent, fr_cum, n_frames, limit, row, work_cap,
-          ws_node, ws_g, ws_f):
-    """Set in ``row`` (uint32 words, zeroed here) every non-stop token that,
-    read from one of the configurations ``(init_g[k], init_f[k])``, ends in a
-    configuration whose distance is at most ``limit``.  Returns the trie
-    visits made, or -1 past ``work_cap`` (or a full scratch area): the caller
-    then falls back to a cheaper, still-completing mask."""
-    row[:] = 0
-    cap_frames = fr_ret.shape[0]
-    cap_ws = ws_node.shape[0]
-    ex_g = np.empty(_EXPLORE_CAP, dtype=np.int32)
-    ex_f = np.empty(_EXPLORE_CAP, dtype=np.int32)
-    seen_g = np.empty(_EXPLORE_CAP, dtype=np.int32)
-    seen_f = np.empty(_EXPLORE_CAP, dtype=np.int32)
-    res_g = np.empty(_EXPLORE_CAP, dtype=np.int32)
-    res_f = np.empty(_EXPLORE_CAP, dtype=np.int32)
-    sp = 0
-    for k in range(init_g.shape[0]):
-        ws_node[sp] = 0
-        ws_g[sp] = init_g[k]
-        ws_f[sp] = init_f[k]
-        sp += 1
-    work = 0
-    while sp > 0:
-        sp -= 1
-        i = ws_node[sp]
-        g = ws_g[sp]
-        f = ws_f[sp]
-        work += 1
-        if work > work_cap:
-            return -1
-        cost = dist[g]
-        if f >= 0:
-            cost += fr_cum[f]
-        if i > 0 and cost <= limit:
-            for k in range(tok_offsets[i], tok_offsets[i + 1]):
-                t = tok_ids[k]
-                if not is_stop[t]:
-                    row[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
-        # A byte lowers the distance by at most one: nothing below can get in.
-        if cost - (max_depth - node_depth[i]) > limit:
-            continue
-        j = i + 1
-        end = node_end[i]
-        while j < end:
-            b = node_byte[j]
-            # Every configuration (g, f) reaches by reading b.
-            ne = 1
-            ex_g[0] = g
-            ex_f[0] = f
-            n_seen = 0
-            n_res = 0
-            while ne > 0:
-                ne -= 1
-                cg = ex_g[ne]
-                cf = ex_f[ne]
-                dup = False
-                for k in range(n_seen):
-                    if seen_g[k] == cg and seen_f[k] == cf:
-                        dup = True
-                        break
-                if dup:
-                    continue
-                if n_seen >= _EXPLORE_CAP:
-                    return -1
-                seen_g[n_seen] = cg
-                seen_f[n_seen] = cf
-                n_seen += 1
-                nx = byte_next[cg, b]
-                if nx >= 0:
-                    dup = False
-                    for k in range(n_res):
-                        if res_g[k] == nx and res_f[k] == cf:
-                            dup = True
-                            break
-                    if not dup:
-                        res_g[n_res] = nx
-                        res_f[n_res] = cf
-                        n_res += 1
-                for c in range(call_off[cg], call_off[cg + 1]):
-                    s = call_start[c]
-                    if not first[s, b] and dist[s] != 0:
-                        continue
-                    if n_frames >= cap_frames or ne >= _EXPLORE_CAP:
-                        return -1
-                    r = call_ret[c]
-                    fr_ret[n_frames] = r
-                    fr_parent[n_frames] = cf
-                    fr_cum[n_frames] = dist[r] + (fr_cum[cf] if cf >= 0 else 0)
-                    ex_g[ne] = s
-                    ex_f[ne] = n_frames
-                    n_frames += 1
-                    ne += 1
-                if accepting[cg] and cf >= 0:
-                    if ne >= _EXPLORE_CAP:
-                        return -1
-                    ex_g[ne] = fr_ret[cf]
-                    ex_f[ne] = fr_parent[cf]
-                    ne += 1
-            if sp + n_res > cap_ws:
-                return -1
-            for k in range(n_res):
-                ws_node[sp] = j
-                ws_g[sp] = res_g[k]
-                ws_f[sp] = res_f[k]
-                sp += 1
-            j = node_end[j]
-    return work
-
-
-class CompletionMasks:
-    """The trie walk for one (grammar model, vocabulary): shared, read-only."""
-
-    def __init__(self, model: RuleAutomata, vocab: Any, trie: Any = None) -> None:
-        from poot_vllm.core.token_trie import TokenTrie
-
-        self.model = model
-        self.trie = trie if trie is not None else TokenTrie.build(vocab)
-        # Stop tokens are the matcher's business (each request has its own):
-        # the walk sets text tokens by their bytes, and the matcher clears its stop ids.
-        self.no_stop = np.zeros(vocab.size, dtype=bool)
-        self.token_bytes = vocab.token_bytes
-        self.max_token_bytes = int(self.trie.max_depth)
-        #: how far from the end (in tokens) a mask can need restricting
-        self.reach = int(model.inc1) * max(1, self.max_token_bytes)
-        self.work_cap = 8 * self.trie.n_nodes + 65_536
-        # One-byte tokens, for the fallback when the walk passes its cap.
-        singles: dict[int, list[int]] = {}
-        for t, data in enumerate(vocab.token_bytes):
-            if data is not None and len(data) == 1:
-                singles.setdefault(data[0], []).append(t)
-        self.singles = singles
-
-    def allowed(self, configs_state: Configurations, configs: tuple[tuple[int, int], ...], limit: int,
-                out: np.ndarray) -> None:
-        """Write into ``out`` (int32 words) the text tokens after which some
-        configuration finishes within ``limit`` bytes."""
-        m = self.model
-        trie = self.trie
-        spare = min(self.work_cap, 4 * trie.n_nodes + 4096)
-        fr_ret, fr_parent, fr_cum = configs_state.arena(spare)
-        n_frames = fr_ret.shape[0] - spare
-        init_g = np.array([g for g, _ in configs], dtype=np.int32)
-        init_f = np.array([f for _, f in configs], dtype=np.int32)
-        cap_ws = 2 * trie.n_nodes + 1024
-        ws = [np.empty(cap_ws, dtype=np.int32) for _ in range(3)]
-        words = out.view(np.uint32)
-        done = _walk(m.byte_next, m.call_off, m.call_start, m.call_ret, m.accepting, m.first, m.dist,
-                     trie.node_byte, trie.node_depth, trie.node_end, trie.tok_offsets, trie.tok_ids,
-                     self.no_stop, np.int32(trie.max_depth), init_g, init_f, fr_ret, fr_parent, fr_cum,
-                     np.int32(n_frames), np.int32(limit), words, np.int64(self.work_cap), *ws)
-        if done >= 0:
-            return
-        # Too much to walk: one-byte tokens only, each checked on its own.
-        words[:] = 0
-        for byte, ids in self.singles.items():
-            after = configs_state.step(configs, byte)
-            if after and min(configs_state.cost(c) for c in after) <= limit:
-                for t in ids:
-                    words[t >> 5] |= np.uint32(1 << (t & 31))
-
-
-def warm_up() -> None:
-    """Compile (or load from numba's cache) the trie-walk kernel on a toy grammar,
-    so the first budgeted grammar reply does not pay for it."""
-    from poot_vllm.core.grammar.gbnf import parse_gbnf
-    from poot_vllm.core.masks import _ToyVocab
-    from poot_vllm.core.token_trie import _build_trie
-
-    model = rule_automata(parse_gbnf('root ::= "(" root ")" | "x"'))
-    vocab = _ToyVocab((b"(", b"x", b"))", None), frozenset({3}), 4)
-    masks = CompletionMasks(model, vocab, _build_trie(vocab.token_bytes, vocab.size))  # keep the cache for real tries
-    configs = Configurations(model)
-    row = np.zeros(1, dtype=np.int32)
-    masks.allowed(configs, configs.advance(configs.initial(), b"(("), 3, row)
+        if self._arrays.shape[1] < n + spare:
+            grown = np.empty((3, max(n + spare, 2 * self._arrays.shape[1])), dtype=np.int32)
+            grown[:, :n] = self._arrays[:, :n]
+            self._arrays = grown
+        a = self._arrays
+        return a[0], a[1], a[2], n

@@ -1,0 +1,478 @@
+"""Token masks from poot's model of a grammar (:mod:`.rule_automata`).
+
+Two uses, one trie-walking kernel (:func:`_walk_items`), which carries parse
+configurations through the token trie (calls push frames, accepting states
+return) and sets the tokens after which some configuration survives, and
+whose distance is at most a limit:
+
+* **Grammar masks** (:meth:`RuleMasks.fill`), in place of xgrammar's matcher.
+  What a token does from a configuration ``(g, f)`` depends on the stack
+  below ``g``'s frame only if the token *returns* from that frame.  So, per
+  state ``g`` and once per grammar and vocabulary (:func:`_precompute`), the
+  tokens read from ``g`` without returning are one stored row, and the trie
+  nodes where a return from ``g``'s frame happens are listed (sorted by the
+  byte read next, from the frame below).  A mask is then the rows of the
+  current states, plus a walk of only those listed subtrees from the frame
+  below -- what xgrammar calls context-dependent tokens, usually few.
+* **Budget masks** (:meth:`RuleMasks.within`): near ``max_tokens``, the tokens
+  after which the shortest completion still fits, by a walk from the root
+  with a limit (docs/budget.md).
+
+Rows are deduplicated (states that allow the same tokens share one); the
+precomputation is bounded (:data:`PRECOMPUTE_VISITS_PER_NODE`) and a grammar
+past it keeps xgrammar's masks with poot's budget walk.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import numpy as np
+
+from poot_vllm.core.grammar.rule_automata import Configurations, RuleAutomata, rule_automata
+from poot_vllm.core.jit import jit_kernel as _jit
+
+#: Configurations one byte may explore at most inside the kernels.
+_EXPLORE_CAP = 256
+_NO_LIMIT = np.int32(2**30 + 2**29)
+#: The per-state precomputation may visit at most this many trie nodes per
+#: node of the vocabulary's trie (all states together); past it the grammar
+#: keeps xgrammar's masks.
+PRECOMPUTE_VISITS_PER_NODE = 64
+#: Stored rows may take at most this many bytes per grammar and vocabulary.
+MAX_ROW_BYTES = 64 * 1024 * 1024
+
+
+@_jit
+def _explore(byte_next, call_off, call_start, call_ret, accepting, first, dist,
+             g, f, b, fr_ret, fr_parent, fr_cum, nf, scr, res, flags):
+    """The configurations ``(g, f)`` reaches by reading byte ``b`` into
+    ``res[0, :n]``/``res[1, :n]``; returns ``n``, or -1 when a scratch area is
+    full.  Calls push frames at ``fr_*[nf[0]]`` (``nf[0]`` is advanced).
+    ``flags[0]`` is set to 1 when a state of the base level (``f == -1``)
+    accepts on the way: a return below the walk's frames, which the caller
+    reads as "the reply may end here" or "the frame below reads ``b``"."""
+    flags[0] = 0
+    cap = scr.shape[1]
+    cap_frames = fr_ret.shape[0]
+    ne = 1
+    scr[0, 0] = g
+    scr[1, 0] = f
+    n_seen = 0
+    n_res = 0
+    while ne > 0:
+        ne -= 1
+        cg = scr[0, ne]
+        cf = scr[1, ne]
+        dup = False
+        for k in range(n_seen):
+            if scr[2, k] == cg and scr[3, k] == cf:
+                dup = True
+                break
+        if dup:
+            continue
+        if n_seen >= cap:
+            return -1
+        scr[2, n_seen] = cg
+        scr[3, n_seen] = cf
+        n_seen += 1
+        nx = byte_next[cg, b]
+        if nx >= 0:
+            dup = False
+            for k in range(n_res):
+                if res[0, k] == nx and res[1, k] == cf:
+                    dup = True
+                    break
+            if not dup:
+                if n_res >= cap:
+                    return -1
+                res[0, n_res] = nx
+                res[1, n_res] = cf
+                n_res += 1
+        for c in range(call_off[cg], call_off[cg + 1]):
+            s = call_start[c]
+            if not first[s, b] and dist[s] != 0:
+                continue
+            if nf[0] >= cap_frames:
+                return -2
+            if ne >= cap:
+                return -1
+            r = call_ret[c]
+            k = nf[0]
+            fr_ret[k] = r
+            fr_parent[k] = cf
+            fr_cum[k] = dist[r] + (fr_cum[cf] if cf >= 0 else 0)
+            nf[0] = k + 1
+            scr[0, ne] = s
+            scr[1, ne] = k
+            ne += 1
+        if accepting[cg]:
+            if cf >= 0:
+                if ne >= cap:
+                    return -1
+                scr[0, ne] = fr_ret[cf]
+                scr[1, ne] = fr_parent[cf]
+                ne += 1
+            else:
+                flags[0] = 1
+    return n_res
+
+
+@_jit
+def _walk_items(byte_next, call_off, call_start, call_ret, accepting, first, dist,
+                node_byte, node_depth, node_end, tok_offsets, tok_ids, max_depth,
+                items, n_items, fr_ret, fr_parent, fr_cum, nf, limit, row, work_cap,
+                ws, scr, res, flags, bnd_out, bnd_stamp, stamp, counts):
+    """Walk the trie from the work items ``items[:, :n_items]`` (trie node,
+    state, frame: the configuration after reading the node's bytes) and OR
+    into ``row`` (uint32 words) every token at a visited node other than the
+    root whose configuration's distance is at most ``limit``.
+
+    With a non-empty ``bnd_out``, also record each child node whose byte is
+    read by returning below the base level (``_explore``'s flag) once
+    (``bnd_stamp``/``stamp``), count in ``counts[1]``.  ``counts[0]`` gets the
+    trie visits.  Returns 0, -1 past ``work_cap`` (or the exploration cap),
+    -2 when a scratch area is full (grow it and retry)."""
+    record = bnd_out.shape[0] > 0
+    cap_ws = ws.shape[1]
+    sp = 0
+    for k in range(n_items):
+        ws[0, sp] = items[0, k]
+        ws[1, sp] = items[1, k]
+        ws[2, sp] = items[2, k]
+        sp += 1
+    work = 0
+    n_bnd = 0
+    while sp > 0:
+        sp -= 1
+        i = ws[0, sp]
+        g = ws[1, sp]
+        f = ws[2, sp]
+        work += 1
+        if work > work_cap:
+            counts[0] = work
+            return -1
+        cost = dist[g]
+        if f >= 0:
+            cost += fr_cum[f]
+        if i > 0 and cost <= limit:
+            for k in range(tok_offsets[i], tok_offsets[i + 1]):
+                t = tok_ids[k]
+                row[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
+        # A byte lowers the distance by at most one: nothing below can get in.
+        if cost - (max_depth - node_depth[i]) > limit:
+            continue
+        j = i + 1
+        end = node_end[i]
+        while j < end:
+            b = node_byte[j]
+            n_res = _explore(byte_next, call_off, call_start, call_ret, accepting, first, dist,
+                             g, f, b, fr_ret, fr_parent, fr_cum, nf, scr, res, flags)
+            if n_res < 0:
+                counts[0] = work
+                return n_res
+            if record and flags[0] == 1 and bnd_stamp[j] != stamp:
+                bnd_stamp[j] = stamp
+                if n_bnd >= bnd_out.shape[0]:
+                    counts[0] = work
+                    return -2
+                bnd_out[n_bnd] = j
+                n_bnd += 1
+            if sp + n_res > cap_ws:
+                counts[0] = work
+                return -2
+            for k in range(n_res):
+                ws[0, sp] = j
+                ws[1, sp] = res[0, k]
+                ws[2, sp] = res[1, k]
+                sp += 1
+            j = node_end[j]
+    counts[0] = work
+    counts[1] = n_bnd
+    return 0
+
+
+@_jit
+def _fill(byte_next, call_off, call_start, call_ret, accepting, first, dist,
+          node_byte, node_depth, node_end, tok_offsets, tok_ids, max_depth, first_bits,
+          cfg_g, cfg_f, fr_ret, fr_parent, fr_cum, nf, state_row, rows, grp_off, grp_byte, grp_tok_start, grp_tok,
+          grp_start, bnd_node, row, work_cap, items, ws, scr, res, flags, counts):
+    """The grammar mask of the configurations ``(cfg_g[k], cfg_f[k])`` into
+    ``row`` (uint32 words, zeroed here): each state's stored row, plus the
+    tokens that return from its frame, walked from the frame below.  Returns
+    0, -1 past ``work_cap``, -2 when a scratch area is full.
+
+    ``first_bits[g]`` (4 x 64 bits) is ``first[g]`` packed: the bytes the
+    frames below can read at all are collected once per configuration (down
+    the chain of frames that may end without reading), so only those bytes
+    are explored -- a deep stack of finished frames (``-(-(-(1``) is walked
+    once, not once per byte."""
+    row[:] = 0
+    n_items = 0
+    viable = np.zeros(4, dtype=np.uint64)
+    for k in range(cfg_g.shape[0]):
+        g = cfg_g[k]
+        f = cfg_f[k]
+        stored = rows[state_row[g]]
+        for w in range(row.shape[0]):
+            row[w] |= stored[w]
+        if f < 0:
+            continue  # a return from the root's level ends the reply: no bytes follow
+        below_g = fr_ret[f]
+        below_f = fr_parent[f]
+        viable[:] = 0
+        cg = below_g
+        cf = below_f
+        while True:
+            for w in range(4):
+                viable[w] |= first_bits[cg, w]
+            if dist[cg] != 0 or cf < 0:
+                break
+            cg = fr_ret[cf]
+            cf = fr_parent[cf]
+        # g's return nodes, grouped by the byte read after the return
+        # (contiguous: a group the frames below cannot read costs one test).
+        for q in range(grp_off[g], grp_off[g + 1]):
+            b = grp_byte[q]
+            if (viable[b >> 6] >> np.uint64(b & 63)) & np.uint64(1) == 0:
+                continue  # no frame below can read b
+            n_res = _explore(byte_next, call_off, call_start, call_ret, accepting, first, dist,
+                             below_g, below_f, b, fr_ret, fr_parent, fr_cum, nf, scr, res, flags)
+            if n_res < 0:
+                return n_res
+            if n_res == 0:
+                continue
+            # Tokens that end right after the byte: stored with the group (no trie reads).
+            for p in range(grp_tok_start[q], grp_tok_start[q + 1]):
+                t = grp_tok[p]
+                row[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
+            # Nodes with longer tokens below: walked from the configurations after b.
+            lo = grp_start[q]
+            hi = grp_start[q + 1]
+            if n_items + n_res * (hi - lo) > items.shape[1]:
+                return -2
+            for p in range(lo, hi):
+                j = bnd_node[p]
+                for r in range(n_res):
+                    items[0, n_items] = j
+                    items[1, n_items] = res[0, r]
+                    items[2, n_items] = res[1, r]
+                    n_items += 1
+    no_bnd = np.zeros(0, dtype=np.int32)
+    return _walk_items(byte_next, call_off, call_start, call_ret, accepting, first, dist,
+                       node_byte, node_depth, node_end, tok_offsets, tok_ids, max_depth,
+                       items, n_items, fr_ret, fr_parent, fr_cum, nf, np.int32(2**30 + 2**29), row, work_cap,
+                       ws, scr, res, flags, no_bnd, no_bnd, 0, counts)
+
+
+class _Scratch(threading.local):
+    """Per-thread work areas (vLLM fills masks from a thread pool)."""
+
+    def get(self, n_nodes: int, grow: int = 1) -> tuple[np.ndarray, ...]:
+        have = getattr(self, "areas", None)
+        cap = (2 * n_nodes + 1024) * grow
+        if have is None or have[0].shape[1] < cap:
+            self.areas = (np.empty((3, cap), dtype=np.int32),            # ws
+                          np.empty((3, cap), dtype=np.int32),            # items
+                          np.empty((4, _EXPLORE_CAP), dtype=np.int32),   # scr
+                          np.empty((2, _EXPLORE_CAP), dtype=np.int32),   # res
+                          np.zeros(1, dtype=np.int32),                   # flags
+                          np.zeros(2, dtype=np.int64),                   # counts
+                          np.zeros(1, dtype=np.int64))                   # nf
+        return self.areas
+
+
+class RuleMasks:
+    """Masks of one grammar model over one vocabulary: shared by every reply, read-only.
+
+    ``rows is None`` when the per-state precomputation passed its bounds:
+    then only :meth:`within` (budgets) is available and xgrammar's matcher
+    gives the grammar mask.
+    """
+
+    def __init__(self, model: RuleAutomata, vocab: Any, trie: Any = None, precompute: bool = True,
+                 max_work: "int | None" = None) -> None:
+        from poot_vllm.core.token_trie import TokenTrie
+
+        self.model = model
+        self.trie = trie if trie is not None else TokenTrie.build(vocab)
+        self.token_bytes = vocab.token_bytes
+        self.size = int(vocab.size)
+        self.words = (self.size + 31) // 32
+        #: how far from the end (in tokens) a budget can change a mask
+        self.reach = int(model.inc1) * max(1, int(self.trie.max_depth))
+        self.work_cap = 8 * self.trie.n_nodes + 65_536
+        self._scratch = _Scratch()
+        self._kernel_args = self._args()
+        self._first_bits = np.packbits(model.first, axis=1, bitorder="little").view(np.uint64).copy()
+        #: free frame slots a walk may push into (grown when a walk runs out)
+        self.frame_spare = 4096
+        # One-byte tokens, for the budget fallback when its walk passes the cap.
+        singles: dict[int, list[int]] = {}
+        for t, data in enumerate(vocab.token_bytes):
+            if data is not None and len(data) == 1:
+                singles.setdefault(data[0], []).append(t)
+        self.singles = singles
+        self.state_row = self.rows = self.grp_off = self.grp_byte = self.grp_start = self.bnd_node = None
+        self.grp_tok_start = self.grp_tok = None
+        if precompute:
+            self._precompute(max_work)
+
+    @property
+    def nbytes(self) -> int:
+        extra = 0 if self.rows is None else sum(a.nbytes for a in (
+            self.state_row, self.rows, self.grp_off, self.grp_byte, self.grp_tok_start, self.grp_tok, self.grp_start,
+            self.bnd_node))
+        return self.model.nbytes + extra + 64 * 256
+
+    @property
+    def has_masks(self) -> bool:
+        return self.rows is not None
+
+    def _args(self) -> tuple:
+        m, t = self.model, self.trie
+        return (m.byte_next, m.call_off, m.call_start, m.call_ret, m.accepting, m.first, m.dist,
+                t.node_byte, t.node_depth, t.node_end, t.tok_offsets, t.tok_ids, np.int32(t.max_depth))
+
+    def _precompute(self, max_work: "int | None") -> None:
+        """Per state: the tokens it reads without returning (a row, deduplicated),
+        and the trie nodes whose byte is read after a return (sorted by byte).
+        At most ``max_work`` trie visits (``Limits.max_mask_work``, as a DFA's
+        masks) and :data:`PRECOMPUTE_VISITS_PER_NODE` per trie node."""
+        trie = self.trie
+        n_states = self.model.n_states
+        budget = PRECOMPUTE_VISITS_PER_NODE * trie.n_nodes
+        if max_work is not None:
+            budget = min(budget, int(max_work))
+        ws, items, scr, res, flags, counts, nf = self._scratch.get(trie.n_nodes)
+        cap = 4 * trie.n_nodes + 4096
+        fr = [np.empty(cap, dtype=np.int32) for _ in range(3)]
+        bnd_out = np.empty(trie.n_nodes, dtype=np.int32)
+        bnd_stamp = np.zeros(trie.n_nodes, dtype=np.int32)
+        row = np.zeros(self.words, dtype=np.uint32)
+        unique: dict[bytes, int] = {}
+        rows: list[np.ndarray] = []
+        state_row = np.empty(n_states, dtype=np.int32)
+        bnd_lists: list[np.ndarray] = []
+        args = self._args()
+        for g in range(n_states):
+            row[:] = 0
+            items[0, 0], items[1, 0], items[2, 0] = 0, g, -1
+            nf[0] = 0
+            rc = _walk_items(*args, items, 1, fr[0], fr[1], fr[2], nf, _NO_LIMIT, row, np.int64(budget),
+                             ws, scr, res, flags, bnd_out, bnd_stamp, np.int32(g + 1), counts)
+            budget -= int(counts[0])
+            if rc < 0 or budget < 0:
+                return  # too much to store: xgrammar keeps the grammar mask
+            key = row.tobytes()
+            k = unique.get(key)
+            if k is None:
+                k = unique[key] = len(rows)
+                rows.append(row.copy())
+                if len(rows) * self.words * 4 > MAX_ROW_BYTES:
+                    return
+            state_row[g] = k
+            nodes = bnd_out[:counts[1]].copy()
+            bnd_lists.append(nodes[np.argsort(trie.node_byte[nodes], kind="stable")])
+        # Groups: per state, one entry per distinct byte read after a return:
+        # the tokens that end right after it (grp_tok[grp_tok_start[q]:...]),
+        # and the nodes with longer tokens below (bnd_node[grp_start[q]:...]).
+        grp_off = [0]
+        grp_byte: list[int] = []
+        grp_tok_start = [0]
+        grp_tok: list[int] = []
+        grp_start = [0]
+        deep: list[int] = []
+        for nodes in bnd_lists:
+            by_byte: dict[int, list[int]] = {}
+            for j in nodes.tolist():
+                by_byte.setdefault(int(trie.node_byte[j]), []).append(j)
+            for b, js in sorted(by_byte.items()):
+                grp_byte.append(b)
+                for j in js:
+                    grp_tok.extend(trie.tok_ids[trie.tok_offsets[j]:trie.tok_offsets[j + 1]].tolist())
+                    if trie.node_end[j] > j + 1:
+                        deep.append(j)
+                grp_tok_start.append(len(grp_tok))
+                grp_start.append(len(deep))
+            grp_off.append(len(grp_byte))
+        self.grp_off = np.asarray(grp_off, dtype=np.int32)
+        self.grp_byte = np.asarray(grp_byte, dtype=np.int32)
+        self.grp_tok_start = np.asarray(grp_tok_start, dtype=np.int32)
+        self.grp_tok = np.asarray(grp_tok, dtype=np.int32)
+        self.grp_start = np.asarray(grp_start, dtype=np.int32)
+        self.bnd_node = np.asarray(deep, dtype=np.int32)
+        self.rows = np.stack(rows)
+        self.state_row = state_row
+        for a in (self.grp_off, self.grp_byte, self.grp_tok_start, self.grp_tok, self.grp_start, self.bnd_node,
+                  self.rows, self.state_row):
+            a.flags.writeable = False
+
+    def fill(self, configs_state: Configurations, configs: tuple[tuple[int, int], ...], out: np.ndarray) -> bool:
+        """The grammar mask of ``configs`` into ``out`` (int32 words, stop ids not
+        set).  False when the walk passed its cap (then ``out`` is undefined)."""
+        g = np.array([c[0] for c in configs], dtype=np.int32)
+        f = np.array([c[1] for c in configs], dtype=np.int32)
+        words = out.view(np.uint32)
+        for grow in (1, 4, 16):
+            ws, items, scr, res, flags, counts, nf = self._scratch.get(self.trie.n_nodes, grow)
+            ret, parent, cum, n = configs_state.arena(self.frame_spare)
+            nf[0] = n
+            rc = _fill(*self._kernel_args, self._first_bits, g, f, ret, parent, cum, nf, self.state_row, self.rows, self.grp_off,
+                       self.grp_byte, self.grp_tok_start, self.grp_tok, self.grp_start, self.bnd_node, words, np.int64(self.work_cap), items, ws, scr, res, flags, counts)
+            if rc != -2:
+                return rc == 0
+            self.frame_spare *= 4
+        return False
+
+    def within(self, configs_state: Configurations, configs: tuple[tuple[int, int], ...], limit: int,
+               out: np.ndarray) -> None:
+        """Write into ``out`` (int32 words) the text tokens after which some
+        configuration finishes within ``limit`` bytes (stop ids not cleared)."""
+        words = out.view(np.uint32)
+        no_bnd = np.zeros(0, dtype=np.int32)
+        for grow in (1, 4, 16):
+            ws, items, scr, res, flags, counts, nf = self._scratch.get(self.trie.n_nodes, grow)
+            ret, parent, cum, n = configs_state.arena(self.frame_spare)
+            nf[0] = n
+            for k, (g, f) in enumerate(configs):
+                items[0, k], items[1, k], items[2, k] = 0, g, f
+            words[:] = 0
+            rc = _walk_items(*self._kernel_args, items, len(configs), ret, parent, cum, nf, np.int32(limit), words,
+                             np.int64(self.work_cap), ws, scr, res, flags, no_bnd, no_bnd, np.int32(0), counts)
+            if rc == 0:
+                return
+            if rc == -1:
+                break
+            self.frame_spare *= 4
+        # Too much to walk: one-byte tokens only, each checked on its own.
+        words[:] = 0
+        for byte, ids in self.singles.items():
+            after = configs_state.step(configs, byte)
+            if after and min(configs_state.cost(c) for c in after) <= limit:
+                for t in ids:
+                    words[t >> 5] |= np.uint32(1 << (t & 31))
+
+
+def rule_masks(grammar: Any, vocab: Any, precompute: bool = True, max_work: "int | None" = None) -> "RuleMasks | None":
+    """The masks of ``grammar`` over ``vocab``, or None where it has no model."""
+    model = rule_automata(grammar)
+    return None if model is None else RuleMasks(model, vocab, precompute=precompute, max_work=max_work)
+
+
+def warm_up() -> None:
+    """Compile (or load from numba's cache) the kernels on a toy grammar, so the
+    first grammar reply does not pay for it."""
+    from poot_vllm.core.grammar.gbnf import parse_gbnf
+    from poot_vllm.core.masks import _ToyVocab
+    from poot_vllm.core.token_trie import _build_trie
+
+    model = rule_automata(parse_gbnf('root ::= "(" root ")" | "x"'))
+    vocab = _ToyVocab((b"(", b"x", b"))", None), frozenset({3}), 4)
+    masks = RuleMasks(model, vocab, _build_trie(vocab.token_bytes, vocab.size))  # keep the cache for real tries
+    configs = Configurations(model)
+    after = configs.advance(configs.initial(), b"((")
+    row = np.zeros(1, dtype=np.int32)
+    masks.fill(configs, after, row)
+    masks.within(configs, after, 3, row)

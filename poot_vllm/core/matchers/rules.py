@@ -1,0 +1,143 @@
+"""Grammar replies on poot's own pushdown model (no xgrammar at decode time).
+
+A grammar with a model (:mod:`poot_vllm.core.grammar.rule_automata`) and
+precomputed masks (:mod:`poot_vllm.core.grammar.rule_masks`) runs here: the
+reply's parse configurations advance by each accepted token's bytes, the
+mask is the states' stored rows plus the few tokens that return into the
+frame below, and near ``max_tokens`` only tokens after which the shortest
+completion still fits are kept.  :func:`restrict_to_budget` is shared with
+:class:`~poot_vllm.core.matchers.pushdown.PushdownMatcher`, which uses the same
+model for budgets when xgrammar gives the grammar mask.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+import numpy as np
+
+from poot_vllm.core.grammar.rule_automata import Configurations
+from poot_vllm.core.matchers.base import TokenMatcher
+
+
+def stop_row(stop_ids: Iterable[int], words: int) -> np.ndarray:
+    """An int32 bitmask row with exactly ``stop_ids`` set."""
+    row = np.zeros(words, dtype=np.uint32)
+    for t in stop_ids:
+        row[t >> 5] |= np.uint32(1 << (t & 31))
+    return row.view(np.int32)
+
+
+def restrict_to_budget(masks: Any, configs_state: Configurations, configs: tuple, row: np.ndarray,
+                       remaining: int, stop_cost: int, stop: np.ndarray) -> None:
+    """Keep in ``row`` (the grammar's mask) only tokens after which some
+    configuration still finishes in the tokens left: one token now, then at
+    most one token per byte of the shortest completion, then the stop token."""
+    costs = [configs_state.cost(c) for c in configs]
+    limit = remaining - 1 - stop_cost
+    if limit >= max(costs) + masks.reach:
+        return  # no token can break it yet
+    grammar_row = row.copy()
+    allowed = np.empty_like(grammar_row)
+    masks.within(configs_state, configs, limit, allowed)
+    allowed &= ~stop
+    row &= allowed
+    if remaining >= stop_cost:
+        row |= grammar_row & stop
+    if not row.any():
+        # Past the point of no return (a budget below the shortest reply,
+        # which admission refuses where it can tell): head for the end.
+        masks.within(configs_state, configs, min(costs) - 1, allowed)
+        allowed &= ~stop
+        row[...] = grammar_row & (allowed | stop)
+        if not row.any():
+            row[...] = grammar_row
+
+
+class RuleMatcher(TokenMatcher):
+    """The state of one grammar reply on poot's model (one per request)."""
+
+    def __init__(self, masks: Any, stop_ids: Iterable[int]) -> None:
+        self._masks = masks
+        self._stop_ids = frozenset(stop_ids)
+        self._configs = Configurations(masks.model)
+        self._history = [self._configs.initial()]
+        self._words = masks.words
+        self._size = masks.size
+        self._stop_row = stop_row(self._stop_ids, self._words)
+        self._text_only = ~self._stop_row
+        self._stop_cost = 1 if self._stop_ids else 0
+        self._budget = None
+
+    def _restart(self) -> None:
+        self._history = [self._configs.initial()]
+
+    def _can_end(self) -> bool:
+        return any(self._configs.cost(c) == 0 for c in self._history[-1])
+
+    def _advance(self, token: int) -> bool:
+        if not 0 <= token < self._size:
+            return False
+        if token in self._stop_ids:
+            return self._can_end()  # the base class terminates the reply
+        data = self._masks.token_bytes[token]
+        if not data:
+            return False  # special tokens (no bytes) are never text
+        after = self._configs.advance(self._history[-1], data)
+        if not after:
+            return False
+        self._history.append(after)
+        return True
+
+    def _retreat(self, n: int) -> None:
+        # A stop token is always the last accepted one and pushed nothing.
+        if self._terminated:
+            n -= 1
+        if n > 0:
+            del self._history[-n:]
+
+    def validate_tokens(self, ids: Any) -> list[int]:
+        if self._terminated:
+            return []
+        out: list[int] = []
+        pushed = 0
+        for token in ids:
+            token = int(token)
+            if not self._advance(token):
+                break
+            out.append(token)
+            if token in self._stop_ids:
+                break
+            pushed += 1
+        if pushed:
+            del self._history[-pushed:]
+        return out
+
+    def fill_bitmask(self, row: np.ndarray) -> None:
+        """Write the allowed tokens into ``row`` (int32 words; bit ``t & 31`` of word ``t >> 5``)."""
+        if row.dtype != np.int32 or row.shape != (self._words,):
+            raise ValueError(f"bitmask row must be int32 of shape ({self._words},), got {row.dtype} {row.shape}")
+        if self._terminated:
+            row[...] = self._stop_row
+            return
+        configs = self._history[-1]
+        target = row if row.flags.c_contiguous else np.empty(self._words, dtype=np.int32)
+        if not self._masks.fill(self._configs, configs, target):
+            # The return walk passed its cap (only heavily ambiguous grammars,
+            # many stacks at once): every token checked on its own, slow and exact.
+            self._fill_one_by_one(configs, target)
+        target &= self._text_only
+        if self._can_end():
+            target |= self._stop_row
+        if self._budget is not None:
+            restrict_to_budget(self._masks, self._configs, configs, target, self._budget - self._accepted,
+                               self._stop_cost, self._stop_row)
+        if target is not row:
+            row[...] = target
+
+    def _fill_one_by_one(self, configs: tuple, out: np.ndarray) -> None:
+        words = out.view(np.uint32)
+        words[:] = 0
+        for t, data in enumerate(self._masks.token_bytes):
+            if data and self._configs.advance(configs, data):
+                words[t >> 5] |= np.uint32(1 << (t & 31))
