@@ -118,8 +118,10 @@ def _shortest_reply(constraint: Any, vocab: Any, limits: Any) -> int | None:
         text = shortest_object_tokens(tables) if tables is not None else 1
         return text + _stop_cost(vocab)
     automaton = compile_automaton(constraint, limits)
-    if constraint.kind is Kind.GRAMMAR and not isinstance(automaton, DFA):
-        return _stop_cost(vocab)  # a grammar with recursion: only the stop token is certain
+    if not isinstance(automaton, DFA):
+        # A grammar with recursion (GBNF/Lark, or a recursive JSON Schema): only the stop
+        # token is certain here; the engine's budget masks finish the reply in time.
+        return _stop_cost(vocab)
     return shortest_dfa_reply(automaton, vocab, max_work=getattr(limits, "max_mask_work", None))
 
 

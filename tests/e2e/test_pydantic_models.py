@@ -169,6 +169,19 @@ def test_recursive_model_through_openai_parse_and_as_a_named_tool(served):
         TreeNode.model_validate_json(c.message.tool_calls[0].function.arguments)
 
 
+def test_recursive_models_finish_inside_a_tight_max_tokens(served):
+    """Recursive schemas are grammars (exact at any depth) with budget masks: at a
+    max_tokens a random model would overrun, n = 8 replies all stop and validate."""
+    server, client = served
+    for model in (Expr, TreeNode):
+        rf = {"type": "json_schema", "json_schema": {"name": model.__name__, "schema": model.model_json_schema()}}
+        r = client.chat.completions.create(model=server.model, messages=[{"role": "user", "content": "x"}],
+                                           max_tokens=60, n=8, response_format=rf)
+        for c in r.choices:
+            assert c.finish_reason == "stop", (model.__name__, c.message.content)
+            model.model_validate_json(c.message.content)
+
+
 def test_overlapping_one_of_not_and_conditionals_validate(served):
     """An overlapping oneOf (each branch minus the other), 'not', if/then/else and
     dependentRequired, contains and uniqueItems through response_format: every reply validates

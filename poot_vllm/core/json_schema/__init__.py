@@ -13,7 +13,9 @@ from poot_vllm.core.json_schema.compiler import (FREE_FORM_DEPTH, MAX_SCHEMA_DEP
                                                 parse_schema)
 from poot_vllm.core.json_schema.compiler import compile_schema
 from poot_vllm.core.errors import LimitExceeded
+from poot_vllm.core.json_schema.recursive import schema_grammar
 from poot_vllm.core.json_schema.refs import cyclic_targets
+from poot_vllm.core.grammar.gbnf import Grammar
 from poot_vllm.core.limits import DEFAULT_LIMITS, Limits
 
 
@@ -42,14 +44,20 @@ def schema_to_regex(schema: dict | bool | str, limits: Limits = DEFAULT_LIMITS, 
     return compile_schema(schema, limits, escaped, recursion)[0]
 
 
-def compile_json_schema(schema: "dict | bool | str", limits: Limits = DEFAULT_LIMITS) -> DFA:
-    """The DFA of the JSON texts poot emits for a JSON Schema (see docs/json-schema.md).
+def compile_json_schema(schema: "dict | bool | str", limits: Limits = DEFAULT_LIMITS) -> "DFA | Grammar":
+    """The automaton of the JSON texts poot emits for a JSON Schema (see docs/json-schema.md).
 
-    The generated regex is bounded by ``max_schema_regex_bytes`` while it is
+    A recursive schema (a ``$ref`` target that reaches itself) is a grammar,
+    each cyclic target one rule, exact at any depth (json_schema.recursive);
+    where that cannot be written, and for every other schema, a DFA.  The
+    generated regex is bounded by ``max_schema_regex_bytes`` while it is
     built, so the user-regex limit ``max_regex_bytes`` does not apply to it.
     An automaton over ``max_automaton_bytes`` is refused naming the schema
     parts (JSON pointer and keyword) that contribute most of it.
     """
+    grammar = schema_grammar(schema, limits)
+    if grammar is not None:
+        return grammar
     return _fit_recursion(schema, limits)[1]
 
 

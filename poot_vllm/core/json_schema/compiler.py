@@ -27,6 +27,7 @@ from poot_vllm.core.json_schema.formats import (ANY_STRING_FORMATS, BYTE_COUNTED
                                                 format_regex)
 from poot_vllm.core.json_schema import maps
 from poot_vllm.core.json_schema.negation import NegationTooLarge, Negator
+from poot_vllm.core.json_schema.recursive import NeedsUnrolling, rule_placeholder
 from poot_vllm.core.json_schema.patterns import (PatternError, patterns_disjoint, strings_missing_pattern,
                                                  translate_pattern)
 from poot_vllm.core.json_schema.ranges import integer_range_regex
@@ -236,7 +237,7 @@ class SchemaCompiler:
     """One compilation: the root document (for ``$ref``), the limits, caches."""
 
     def __init__(self, root: Any, limits: Limits, escaped: str = "", whitespace: str = WS,
-                 recursion: int = RECURSION_DEPTH) -> None:
+                 recursion: int = RECURSION_DEPTH, rules: bool = False) -> None:
         #: the document, every ``$ref`` a pointer from its root (anchors and ``$id`` resolved)
         self.root = root = local_refs(root)
         self.limits = limits
@@ -246,6 +247,12 @@ class SchemaCompiler:
         self.cyclic = cyclic_targets(root)
         #: whether a recursion was cut at ``recursion`` levels (a smaller depth may then fit a budget)
         self.recursion_cut = False
+        #: rules mode (json_schema.recursive): each cyclic ``$ref`` target is compiled once, as a
+        #: grammar rule: target -> [placeholder character standing for it in the regex text, body]
+        self.rules: "dict[str, list] | None" = {} if rules else None
+        #: > 0 while compiling inside a negation ('not', an overlapping oneOf's differences),
+        #: where a placeholder cannot stand for its rule (the rule would be negated)
+        self.negating = 0
         #: the separators (whitespace after ',' and ':'; a request's whitespace_pattern replaces WS)
         self.colon = ":" + _group(whitespace) if whitespace != WS else COLON
         self.comma = "," + _group(whitespace) if whitespace != WS else COMMA
@@ -382,6 +389,8 @@ class SchemaCompiler:
         return out
 
     def _compile_ref(self, target: str, pointer: str, refs: tuple[str, ...], depth: int) -> str:
+        if self.rules is not None and target in self.cyclic:
+            return self._rule_ref(target, pointer, refs, depth)
         if refs.count(target) >= self.recursion:
             raise self._recursion_end(target, pointer)
         # A target's regex depends on how often the cyclic targets were entered on this path.
@@ -391,9 +400,28 @@ class SchemaCompiler:
             self.ref_cache[key] = self.compile(sub, target, refs + (target,), depth + 1)
         return self.ref_cache[key]
 
+    def _rule_ref(self, target: str, pointer: str, refs: tuple[str, ...], depth: int) -> str:
+        """Rules mode: a cyclic target is one grammar rule, compiled once; every use is its placeholder."""
+        if self.negating:
+            raise NeedsUnrolling(f"the recursive reference '#{target}' at {pointer or '/'} is negated")
+        entry = self.rules.get(target)
+        if entry is None:
+            entry = self.rules[target] = [rule_placeholder(len(self.rules)), None]
+            sub = resolve_pointer(self.root, target, f"{pointer}/$ref")
+            entry[1] = self.compile(sub, target, refs + (target,), depth + 1)
+        return entry[0]
+
+    def plain(self, regex: str) -> str:
+        """``regex``, which is about to be read as an automaton: never one holding a rule placeholder."""
+        if self.rules and any(entry[0] in regex for entry in self.rules.values()):
+            raise NeedsUnrolling("a recursive reference is inside a construct poot checks on an automaton")
+        return regex
+
     def _recursion_end(self, target: str, pointer: str) -> UnsupportedConstruct:
         """Unrolled far enough: this path ends here.  An optional property, an array item,
         an anyOf branch holding it are left out (narrowing); if nothing is left, the refusal."""
+        if self.rules is not None:
+            raise NeedsUnrolling(f"the recursive reference '#{target}' at {pointer or '/'} is merged into itself")
         self.recursion_cut = True
         return unsatisfiable("$ref", pointer, f"the recursive reference '#{target}' is unrolled to {self.recursion} "
                              "levels and no shallower value is possible here; give the recursion a way to end "
@@ -587,11 +615,14 @@ class SchemaCompiler:
                 continue
             others = [kept[j] for j in overlaps[i]]
             diff = {"allOf": [branch] + [{"not": b} for b, _, _ in others]}
+            self.negating += 1
             try:
                 alts.append(self.compile(diff, where, refs + followed + sum((f for _, _, f in others), ()), depth + 1))
             except UnsupportedConstruct as exc:
                 if not is_unsatisfiable(exc):
                     raise
+            finally:
+                self.negating -= 1
         if not alts:
             i = next(i for i, o in enumerate(overlaps) if o)
             a, b = (kept[k][1].rsplit("/", 1)[-1] for k in (i, overlaps[i][0]))
@@ -732,6 +763,13 @@ class SchemaCompiler:
     def _compile_not(self, schema: dict, pointer: str, refs: tuple[str, ...], depth: int) -> str:
         """``not N``: the rest of the schema intersected with each piece of N's complement
         (positive schemas, see negation.py); a piece poot cannot write is left out (a narrowing)."""
+        self.negating += 1
+        try:
+            return self._compile_not_pieces(schema, pointer, refs, depth)
+        finally:
+            self.negating -= 1
+
+    def _compile_not_pieces(self, schema: dict, pointer: str, refs: tuple[str, ...], depth: int) -> str:
         rest = {k: v for k, v in schema.items() if k != "not"}
         try:
             neg = self._negator(refs).negate(schema["not"], context=rest)
@@ -1077,7 +1115,7 @@ class SchemaCompiler:
 
         texts = [spell_escaped(json.dumps(v, ensure_ascii=False, sort_keys=True, separators=(",", ":")),
                                self.escaped).encode("utf-8", "surrogatepass") for v in values]
-        return regex_matches(regex, texts, self.limits)
+        return regex_matches(self.plain(regex), texts, self.limits)
 
     def _property_names(self, schema: dict, pointer: str, refs: tuple[str, ...],
                         depth: int) -> tuple[set[str] | None, str | None]:
@@ -1290,7 +1328,7 @@ class SchemaCompiler:
         more_lo = lo - n_prefix
         more_hi = None if hi is None else hi - n_prefix
         if unique_tuple:
-            _distinct_positions(parts, pointer)
+            _distinct_positions([self.plain(part) for part in parts], pointer)
             if more_lo > 0:
                 raise refusal("uniqueItems", pointer, "uniqueItems with a tuple is only supported when no item "
                                                       "follows the tuple ('minItems' <= the tuple's length)")
@@ -1849,7 +1887,8 @@ def compile_schema(schema: dict | bool | str, limits: Limits, escaped: str = "",
     raise AssertionError("unreachable")
 
 
-def _compile_schema(schema: dict | bool | str, limits: Limits, escaped: str, recursion: int) -> tuple[str, SchemaCompiler]:
+def _new_compiler(schema: dict | bool | str, limits: Limits, escaped: str, recursion: int,
+                  rules: bool = False) -> SchemaCompiler:
     root = parse_schema(schema, limits)
     whitespace = WS
     if isinstance(root, dict) and WHITESPACE_KEY in root:
@@ -1857,7 +1896,23 @@ def _compile_schema(schema: dict | bool | str, limits: Limits, escaped: str, rec
             whitespace = check_whitespace_pattern(root[WHITESPACE_KEY])
         except PootError as exc:
             raise type(exc)(f"whitespace_pattern {exc.message}") from None
-    compiler = SchemaCompiler(root, limits, escaped, whitespace, recursion)
+    return SchemaCompiler(root, limits, escaped, whitespace, recursion, rules)
+
+
+def compile_schema_rules(schema: dict | bool | str, limits: Limits, escaped: str = "") -> tuple[str, SchemaCompiler]:
+    """Rules mode (json_schema.recursive): the root's regex text, and the compiler whose
+    ``rules`` hold each cyclic target's placeholder and regex text.  Raises
+    ``NeedsUnrolling`` where a placeholder cannot stand for its rule."""
+    # recursion=2 only bounds merging a target into itself through allOf/$ref siblings
+    # (_recursion_end raises NeedsUnrolling in rules mode); references become rules.
+    compiler = _new_compiler(schema, limits, escaped, 2, rules=True)
+    if "" in compiler.cyclic:  # "#" refers back to the root: the root is a rule too
+        return compiler._compile_ref("", "", (), 0), compiler
+    return compiler.compile(compiler.root, "", ()), compiler
+
+
+def _compile_schema(schema: dict | bool | str, limits: Limits, escaped: str, recursion: int) -> tuple[str, SchemaCompiler]:
+    compiler = _new_compiler(schema, limits, escaped, recursion)
     try:
         # The root counts as entered once, like a $ref target, when "#" refers back to it.
         return compiler.compile(compiler.root, "", ("",) if "" in compiler.cyclic else ()), compiler

@@ -1,0 +1,188 @@
+"""Recursive JSON Schemas as grammars (core/json_schema/recursive.py): exact at every depth.
+
+Oracles: the unrolled DFA of the same schema (the schema compiler's regular
+path, itself tested against jsonschema and Python's ``re``) agrees with the
+grammar on every text up to the depth it unrolls; ``jsonschema`` and the
+Pydantic models themselves validate random replies of any depth, drawn from
+poot's own grammar masks.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+
+import jsonschema
+import numpy as np
+import pytest
+
+from poot_vllm.core.automata.compilers import regex_to_dfa
+from poot_vllm.core.automata.dfa import DFA
+from poot_vllm.core.errors import UnsupportedConstruct
+from poot_vllm.core.grammar.gbnf import Grammar
+from poot_vllm.core.grammar.rule_automata import Configurations, rule_automata
+from poot_vllm.core.json_schema import RECURSION_DEPTHS, compile_json_schema, schema_to_regex
+from poot_vllm.core.limits import Limits
+from poot_vllm.core.matchers.pushdown import compile_pushdown
+from poot_vllm.core.matchers.rules import RuleMatcher
+
+from poot_vllm.core.vocabulary import TokenVocabulary
+
+from tests.unit.mask_helpers import allowed_set
+
+#: each byte a token, plus a few longer ones; stop id 260
+_TOKENS = [bytes([b]) for b in range(256)] + [b'{"', b'":', b'},', b'[]']
+BYTE_VOCAB = TokenVocabulary(tuple(_TOKENS) + (None,), frozenset({len(_TOKENS)}), len(_TOKENS) + 1, "raw")
+_BIG = Limits(max_automaton_bytes=64 * 1024 * 1024)
+
+TREE = {"$defs": {"Node": {"type": "object", "required": ["v"], "additionalProperties": False, "properties": {
+    "v": {"type": "integer", "minimum": 0, "maximum": 9},
+    "kids": {"type": "array", "items": {"$ref": "#/$defs/Node"}}}}}, "$ref": "#/$defs/Node"}
+LINKED = {"type": "object", "required": ["v"], "properties": {"v": {"type": "boolean"}, "next": {"$ref": "#"}}}
+
+
+def _tree(depth: int) -> str:
+    text = '{"v":1}'
+    for _ in range(depth - 1):
+        text = '{"kids":[' + text + ',{"v":2}],"v":3}'
+    return text
+
+
+def accepts(grammar: Grammar, text: str) -> bool:
+    """Whether the grammar's model reads ``text`` to a finished sentence."""
+    c = Configurations(rule_automata(grammar))
+    configs = c.advance(c.initial(), text.encode())
+    return bool(configs) and min(c.cost(x) for x in configs) == 0
+
+
+def is_valid(schema, text: str) -> bool:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return False
+    return jsonschema.Draft202012Validator(schema).is_valid(value)
+
+
+def replies(grammar: Grammar, n: int, seed: int, budget: int = 400) -> list[str]:
+    """Random replies through poot's masks (a random-weight model), each finished inside ``budget``."""
+    comp = compile_pushdown(grammar, BYTE_VOCAB)
+    out = []
+    rng = random.Random(seed)
+    stop = min(BYTE_VOCAB.stop_ids)
+    for _ in range(n):
+        m = comp.new_matcher()
+        assert isinstance(m, RuleMatcher)
+        m.set_token_budget(budget)
+        text = b""
+        while not m.is_terminated():
+            row = np.zeros((BYTE_VOCAB.size + 31) // 32, dtype=np.int32)
+            m.fill_bitmask(row)
+            allowed = sorted(allowed_set(row, BYTE_VOCAB.size))
+            opening = [t for t in allowed if BYTE_VOCAB.token_bytes[t] in (b"{", b"[", b'"')]
+            t = rng.choice(opening) if opening and rng.random() < 0.5 else rng.choice(allowed)
+            assert m.accept_tokens([t])
+            if t != stop:
+                text += BYTE_VOCAB.token_bytes[t]
+        assert m.num_accepted <= budget
+        out.append(text.decode())
+    return out
+
+
+def test_a_recursive_schema_is_a_grammar_and_exact_below_the_unrolled_depth():
+    grammar = compile_json_schema(TREE)
+    assert isinstance(grammar, Grammar)
+    deep = RECURSION_DEPTHS[0] + 6
+    for d in range(1, deep + 1):
+        assert accepts(grammar, _tree(d)) and is_valid(TREE, _tree(d)), d
+    for bad in ['{"kids":[{}],"v":0}', '{"v":10}', '{"kids":[' + _tree(deep) + ',{"v":"x"}],"v":1}', '{"v":1']:
+        assert not accepts(grammar, bad), bad
+
+
+@pytest.mark.parametrize("schema", [TREE, LINKED], ids=["tree", "linked-through-root"])
+def test_the_grammar_agrees_with_the_unrolled_dfa_where_it_reaches(schema):
+    """Random replies of the unrolled DFA (depth <= its levels) are sentences of the grammar,
+    and mutations of them are accepted by both or neither."""
+    grammar = compile_json_schema(schema)
+    assert isinstance(grammar, Grammar)
+    dfa = regex_to_dfa(schema_to_regex(schema, recursion=RECURSION_DEPTHS[0]), _BIG)
+    rng = random.Random(3)
+    texts = []
+    for _ in range(60):
+        state, data = dfa.start, bytearray()
+        while not (dfa.accepting[state] and (rng.random() < 0.2 or len(data) > 80)):
+            live = [b for b in range(32, 127) if dfa.transitions[state, b] >= 0]
+            if not live:
+                break
+            b = rng.choice(live)
+            data.append(b)
+            state = int(dfa.transitions[state, b])
+        if dfa.accepting[state]:
+            texts.append(data.decode())
+    assert len(texts) >= 30
+    for text in texts:
+        assert accepts(grammar, text), text
+    alphabet = '{}[],:"0123456789vkidsnextrufal '
+    for text in texts:
+        for _ in range(3):
+            i = rng.randrange(len(text) + 1)
+            mutated = text[:i] + rng.choice(alphabet) + text[i + 1:]
+            assert accepts(grammar, mutated) == dfa.matches(mutated.encode()), mutated
+
+
+@pytest.mark.parametrize("schema", [TREE, LINKED], ids=["tree", "linked-through-root"])
+def test_random_replies_of_any_depth_validate(schema):
+    grammar = compile_json_schema(schema)
+    texts = replies(grammar, 30, seed=1)
+    for text in texts:
+        assert is_valid(schema, text), text
+    depth = max(text.count("{") for text in texts)
+    assert depth > 1
+
+
+def test_pydantic_recursive_models_validate_at_any_depth():
+    from typing import Dict, List, Optional, Union
+
+    from pydantic import BaseModel
+    from typing_extensions import TypeAliasType
+
+    class TreeNode(BaseModel):
+        name: str
+        children: List["TreeNode"] = []
+
+    class Dept(BaseModel):
+        name: str
+        staff: List["Emp"] = []
+
+    class Emp(BaseModel):
+        name: str
+        dept: Optional[Dept] = None
+
+    Dept.model_rebuild()
+    Value = TypeAliasType("Value", Union[int, bool, None, List["Value"], Dict[str, "Value"]])
+
+    class Doc(BaseModel):
+        data: Value
+
+    for model in (TreeNode, Dept, Doc):
+        grammar = compile_json_schema(model.model_json_schema())
+        assert isinstance(grammar, Grammar), model
+        for text in replies(grammar, 20, seed=2, budget=300):
+            model.model_validate_json(text)
+    # deeper than the unrolled DFA could go
+    nested = '{"data":' + "[" * 9 + "1" + "]" * 9 + "}"
+    assert accepts(compile_json_schema(Doc.model_json_schema()), nested)
+
+
+def test_a_negated_recursive_reference_takes_the_unrolled_dfa():
+    schema = {"$defs": {"N": {"type": "object", "properties": {"n": {"$ref": "#/$defs/N"}}, "required": ["v"],
+                              "additionalProperties": False,
+                              "properties": {"v": {"type": "integer"}, "n": {"not": {"$ref": "#/$defs/N"}}}}},
+              "$ref": "#/$defs/N"}
+    assert isinstance(compile_json_schema(schema), DFA)
+
+
+def test_recursion_without_an_end_is_still_refused_naming_the_ref():
+    endless = {"$defs": {"N": {"type": "object", "required": ["next"], "properties": {"next": {"$ref": "#/$defs/N"}}}},
+               "$ref": "#/$defs/N"}
+    with pytest.raises(UnsupportedConstruct, match=r"'\$ref' at /\$defs/N/properties/next.*a way to end"):
+        compile_json_schema(endless)
