@@ -36,6 +36,8 @@ from poot_vllm.core.jit import jit_kernel as _jit
 #: Configurations one byte may explore at most inside the kernels.
 _EXPLORE_CAP = 256
 _NO_LIMIT = np.int32(2**30 + 2**29)
+_NONE = np.zeros(0, dtype=np.int32)
+_NONE.flags.writeable = False
 #: The per-state precomputation may visit at most this many trie nodes per
 #: node of the vocabulary's trie (all states together); past it the grammar
 #: keeps xgrammar's masks.
@@ -123,11 +125,16 @@ def _explore(byte_next, call_off, call_start, call_ret, accepting, first, dist,
 def _walk_items(byte_next, call_off, call_start, call_ret, accepting, first, dist,
                 node_byte, node_depth, node_end, tok_offsets, tok_ids, max_depth,
                 items, n_items, fr_ret, fr_parent, fr_cum, nf, limit, row, work_cap,
-                ws, scr, res, flags, bnd_out, bnd_stamp, stamp, counts):
+                ws, scr, res, flags, bnd_out, bnd_stamp, stamp, counts, inc1, sub_max):
     """Walk the trie from the work items ``items[:, :n_items]`` (trie node,
     state, frame: the configuration after reading the node's bytes) and OR
     into ``row`` (uint32 words) every token at a visited node other than the
     root whose configuration's distance is at most ``limit``.
+
+    With a non-empty ``sub_max`` (the deepest token below each trie node) the
+    walk is for a budget, whose result the caller intersects with the grammar
+    mask: a subtree where even ``inc1`` more per byte stays within ``limit``
+    is not walked, its tokens are all set (grammatical or not).
 
     With a non-empty ``bnd_out``, also record each child node whose byte is
     read by returning below the base level (``_explore``'s flag) once
@@ -160,6 +167,12 @@ def _walk_items(byte_next, call_off, call_start, call_ret, accepting, first, dis
             for k in range(tok_offsets[i], tok_offsets[i + 1]):
                 t = tok_ids[k]
                 row[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
+        if sub_max.shape[0] > 0 and cost + inc1 * (sub_max[i] - node_depth[i]) <= limit:
+            # No token below can raise the distance past the limit from here.
+            for k in range(tok_offsets[i + 1], tok_offsets[node_end[i]]):
+                t = tok_ids[k]
+                row[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
+            continue
         # A byte lowers the distance by at most one: nothing below can get in.
         if cost - (max_depth - node_depth[i]) > limit:
             continue
@@ -263,7 +276,21 @@ def _fill(byte_next, call_off, call_start, call_ret, accepting, first, dist,
     return _walk_items(byte_next, call_off, call_start, call_ret, accepting, first, dist,
                        node_byte, node_depth, node_end, tok_offsets, tok_ids, max_depth,
                        items, n_items, fr_ret, fr_parent, fr_cum, nf, np.int32(2**30 + 2**29), row, work_cap,
-                       ws, scr, res, flags, no_bnd, no_bnd, 0, counts)
+                       ws, scr, res, flags, no_bnd, no_bnd, 0, counts, 0, no_bnd)
+
+
+@_jit
+def _deepest_below(node_depth, node_end):
+    """Per trie node, the depth of the deepest node in its subtree (preorder arrays)."""
+    n = node_depth.shape[0]
+    out = node_depth.copy()
+    for i in range(n - 1, -1, -1):
+        j = i + 1
+        while j < node_end[i]:
+            if out[j] > out[i]:
+                out[i] = out[j]
+            j = node_end[j]
+    return out
 
 
 class _Scratch(threading.local):
@@ -306,6 +333,7 @@ class RuleMasks:
         self._scratch = _Scratch()
         self._kernel_args = self._args()
         self._first_bits = np.packbits(model.first, axis=1, bitorder="little").view(np.uint64).copy()
+        self.sub_max = _deepest_below(self.trie.node_depth, self.trie.node_end)
         #: free frame slots a walk may push into (grown when a walk runs out)
         self.frame_spare = 4096
         # One-byte tokens, for the budget fallback when its walk passes the cap.
@@ -361,7 +389,7 @@ class RuleMasks:
             items[0, 0], items[1, 0], items[2, 0] = 0, g, -1
             nf[0] = 0
             rc = _walk_items(*args, items, 1, fr[0], fr[1], fr[2], nf, _NO_LIMIT, row, np.int64(budget),
-                             ws, scr, res, flags, bnd_out, bnd_stamp, np.int32(g + 1), counts)
+                             ws, scr, res, flags, bnd_out, bnd_stamp, np.int32(g + 1), counts, np.int32(0), _NONE)
             budget -= int(counts[0])
             if rc < 0 or budget < 0:
                 return  # too much to store: xgrammar keeps the grammar mask
@@ -440,7 +468,8 @@ class RuleMasks:
                 items[0, k], items[1, k], items[2, k] = 0, g, f
             words[:] = 0
             rc = _walk_items(*self._kernel_args, items, len(configs), ret, parent, cum, nf, np.int32(limit), words,
-                             np.int64(self.work_cap), ws, scr, res, flags, no_bnd, no_bnd, np.int32(0), counts)
+                             np.int64(self.work_cap), ws, scr, res, flags, no_bnd, no_bnd, np.int32(0), counts,
+                             np.int32(self.model.inc1), self.sub_max)
             if rc == 0:
                 return
             if rc == -1:
