@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Union
+from typing import Callable, Hashable, Iterable, Union
 
 from poot_vllm.core.errors import ConstraintSyntaxError, LimitExceeded
 from poot_vllm.core.limits import DEFAULT_LIMITS, Limits
@@ -406,6 +406,30 @@ def _fixpoint(rules: dict[str, Rule], pred) -> set[str]:
 
 def nullable_rules(grammar: Grammar) -> set[str]:
     return _fixpoint({r.name: r for r in grammar.rules}, nullable)
+
+
+def cycle_node(nodes: "Iterable[Hashable]", edges: "Callable[[Hashable], Iterable[Hashable]]") -> "Hashable | None":
+    """A node on a cycle of the graph (``edges(n)``: n's successors; successors
+    outside ``nodes`` are visited too), or None.  Iterative depth-first search:
+    grammars can chain thousands of rules."""
+    state: dict = {}  # 1 on the current path, 2 done
+    for start in nodes:
+        if state.get(start):
+            continue
+        state[start] = 1
+        stack = [(start, iter(edges(start)))]
+        while stack:
+            node, it = stack[-1]
+            nxt = next(it, None)
+            if nxt is None:
+                state[node] = 2
+                stack.pop()
+            elif state.get(nxt) == 1:
+                return nxt
+            elif not state.get(nxt):
+                state[nxt] = 1
+                stack.append((nxt, iter(edges(nxt))))
+    return None
 
 
 def reachable_rules(grammar: Grammar) -> list[str]:

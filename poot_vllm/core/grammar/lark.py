@@ -58,6 +58,7 @@ from poot_vllm.core.grammar.gbnf import (
     Rule,
     RuleRef,
     Sequence,
+    cycle_node,
     nullable,
     nullable_rules,
     parse_gbnf,
@@ -917,25 +918,12 @@ def parse_lark(text: str, limits: Limits = DEFAULT_LIMITS) -> Grammar:
 
 
 def _refuse_terminal_recursion(terminal_rules: dict[str, Rule], p: _LarkParser) -> None:
-    state: dict[str, int] = {}  # 1 visiting, 2 done
+    def uses(name: str) -> list[str]:
+        return sorted(r for r in references(terminal_rules[name].body) if r in terminal_rules)
 
-    for start in terminal_rules:
-        if state.get(start):
-            continue
-        stack = [(start, iter(sorted(references(terminal_rules[start].body))))]
-        state[start] = 1
-        while stack:
-            name, it = stack[-1]
-            nxt = next(it, None)
-            if nxt is None:
-                state[name] = 2
-                stack.pop()
-                continue
-            if state.get(nxt) == 1:
-                rule = terminal_rules[nxt]
-                raise ConstraintSyntaxError(
-                    f"Lark grammar error at line {rule.line}:{rule.column}: recursion in terminal {nxt!r} "
-                    "(terminals are regular; recursion is allowed only in rules, lowercase names)")
-            if nxt in terminal_rules and not state.get(nxt):
-                state[nxt] = 1
-                stack.append((nxt, iter(sorted(references(terminal_rules[nxt].body)))))
+    name = cycle_node(terminal_rules, uses)
+    if name is not None:
+        rule = terminal_rules[name]
+        raise ConstraintSyntaxError(
+            f"Lark grammar error at line {rule.line}:{rule.column}: recursion in terminal {name!r} "
+            "(terminals are regular; recursion is allowed only in rules, lowercase names)")

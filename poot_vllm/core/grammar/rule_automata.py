@@ -32,7 +32,7 @@ import numpy as np
 
 from poot_vllm.core.automata.utf8 import DONE, codepoint_automaton
 from poot_vllm.core.grammar.gbnf import (Alternation, CharClass, Grammar, Literal, Node, Repeat, RuleRef, Sequence,
-                                         reachable_rules)
+                                         cycle_node, reachable_rules)
 
 #: Largest total of per-rule DFA states modelled (a byte table of 1 KiB each).
 MAX_STATES = 8192
@@ -315,27 +315,7 @@ def _left_recursive(call_off: np.ndarray, starts: np.ndarray, rets: np.ndarray, 
         for x in _nullable_moves(s, call_off, rets, nullable):
             callees.update(int(starts[c]) for c in range(call_off[x], call_off[x + 1]))
         left[s] = callees
-    # Cycle search over start states (iterative DFS with colours).
-    colour: dict[int, int] = {}
-    for root in start_states:
-        if root in colour:
-            continue
-        stack = [(root, iter(left[root]))]
-        colour[root] = 1
-        while stack:
-            node, it = stack[-1]
-            nxt = next(it, None)
-            if nxt is None:
-                colour[node] = 2
-                stack.pop()
-                continue
-            c = colour.get(nxt, 0)
-            if c == 1:
-                return True
-            if c == 0:
-                colour[nxt] = 1
-                stack.append((nxt, iter(left.get(nxt, ()))))
-    return False
+    return cycle_node(start_states, lambda s: sorted(left.get(s, ()))) is not None
 
 
 def _first_bytes(byte_next: np.ndarray, call_off: np.ndarray, starts: np.ndarray, rets: np.ndarray,

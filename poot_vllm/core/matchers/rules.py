@@ -79,7 +79,10 @@ class RuleMatcher(TokenMatcher):
         if not 0 <= token < self._size:
             return False
         if token in self._stop_ids:
-            return self._can_end()  # the base class terminates the reply
+            if not self._can_end():
+                return False
+            self._history.append(self._history[-1])  # one entry per accepted token, the stop too
+            return True  # the base class terminates the reply
         data = self._masks.token_bytes[token]
         if not data:
             return False  # special tokens (no bytes) are never text
@@ -90,28 +93,7 @@ class RuleMatcher(TokenMatcher):
         return True
 
     def _retreat(self, n: int) -> None:
-        # A stop token is always the last accepted one and pushed nothing.
-        if self._terminated:
-            n -= 1
-        if n > 0:
-            del self._history[-n:]
-
-    def validate_tokens(self, ids: Any) -> list[int]:
-        if self._terminated:
-            return []
-        out: list[int] = []
-        pushed = 0
-        for token in ids:
-            token = int(token)
-            if not self._advance(token):
-                break
-            out.append(token)
-            if token in self._stop_ids:
-                break
-            pushed += 1
-        if pushed:
-            del self._history[-pushed:]
-        return out
+        del self._history[-n:]
 
     def fill_bitmask(self, row: np.ndarray) -> None:
         """Write the allowed tokens into ``row`` (int32 words; bit ``t & 31`` of word ``t >> 5``)."""
