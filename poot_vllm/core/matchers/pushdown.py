@@ -53,7 +53,10 @@ class CompiledPushdown:
 
     @property
     def memory_bytes(self) -> int:
-        return 0 if self.compiled is None else int(self.compiled.memory_size_bytes)
+        """xgrammar's grammar, or poot's masks where they serve the grammar."""
+        if self.compiled is None:
+            return int(self.rules.nbytes)
+        return int(self.compiled.memory_size_bytes)
 
     @property
     def nbytes(self) -> int:
