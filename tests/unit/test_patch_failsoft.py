@@ -169,7 +169,9 @@ def test_every_switch_reads_one_spelling(monkeypatch, value, default, on):
     from poot_vllm.core import faults, handoff
     from poot_vllm.core.limits import budget_masks_enabled, env_switch
 
-    for name in ("POOT_BUDGET_MASKS", "POOT_HANDOFF", "POOT_DISABLE_HOOKS", "POOT_TEST_FAULTS"):
+    from poot_vllm.core.matchers.pushdown import _own_masks
+
+    for name in ("POOT_BUDGET_MASKS", "POOT_HANDOFF", "POOT_DISABLE_HOOKS", "POOT_TEST_FAULTS", "POOT_GRAMMAR_MASKS"):
         if value is None:
             monkeypatch.delenv(name, raising=False)
         else:
@@ -177,6 +179,6 @@ def test_every_switch_reads_one_spelling(monkeypatch, value, default, on):
     monkeypatch.setenv("POOT_HANDOFF_DIR", "handoff-dir-name")
     assert env_switch("POOT_BUDGET_MASKS", default) is on
     if default:  # the switches that default to on
-        assert budget_masks_enabled() is on and handoff.enabled() is on
+        assert budget_masks_enabled() is on and handoff.enabled() is on and _own_masks() is on
     else:
         assert hooks_disabled() is on and faults.enabled() is on
