@@ -1,8 +1,10 @@
 """poot's own grammar masks (core/grammar/rule_masks.py, matchers/rules.py).
 
 The oracle is xgrammar's matcher on the same grammar and vocabulary: at every
-step of random replies, poot's mask must be exactly xgrammar's, and both must
-accept and refuse the same tokens; the sentences they end in are checked by
+step of random replies, poot's mask must be exactly xgrammar's (where they
+differ, xgrammar's own token-by-token parse decides: its 0.2.8 mask misses
+tokens in some recursive grammars), and both must accept and refuse the
+same tokens; the sentences they end in are checked by
 each grammar's Lark twin.  Rollback, validation and the fallbacks are held to
 the same masks.
 """
@@ -29,8 +31,13 @@ def _row(m, vocab) -> np.ndarray:
     return row
 
 
+#: (reply so far, tokens) where xgrammar's mask missed tokens its matcher accepts
+XGRAMMAR_MASK_MISSES: list = []
+
+
 def _walk_both(gbnf: str, vocab: TokenVocabulary, rng: random.Random, steps: int, bias_text: bytes = b""):
-    """Random replies on poot's and xgrammar's matchers in lockstep; masks equal at every step."""
+    """Random replies on poot's and xgrammar's matchers in lockstep; masks equal at every step
+    (or, where xgrammar's mask misses a token, its matcher accepts it and poot allows it)."""
     comp = compile_grammar(gbnf, vocab, own=True)
     assert comp.compiled is None, "expected poot's own masks"
     mine, ref = comp.new_matcher(), plain_matcher(gbnf, vocab)
@@ -39,8 +46,15 @@ def _walk_both(gbnf: str, vocab: TokenVocabulary, rng: random.Random, steps: int
     out = b""
     for _ in range(steps):
         a, b = _row(mine, vocab), _row(ref, vocab)
-        assert np.array_equal(a, b), (out, sorted(set(np.flatnonzero(np.unpackbits(a.view(np.uint8), bitorder="little")))
-                                             ^ set(np.flatnonzero(np.unpackbits(b.view(np.uint8), bitorder="little")))))
+        if not np.array_equal(a, b):
+            # xgrammar 0.2.8's mask can miss a token its own matcher accepts (random grammars found
+            # 'root ::= ")" | "a" root root': after "a", "))" is accepted but not in its mask).  Where
+            # the masks differ, xgrammar's matcher (a full Earley parse of the token) decides.
+            mine_set = set(np.flatnonzero(np.unpackbits(a.view(np.uint8), bitorder="little")).tolist())
+            ref_set = set(np.flatnonzero(np.unpackbits(b.view(np.uint8), bitorder="little")).tolist())
+            for t in mine_set ^ ref_set:
+                assert (t in mine_set) == (ref.validate_tokens([t]) == [t]), (out, t, t in mine_set)
+            XGRAMMAR_MASK_MISSES.append((out, sorted(mine_set - ref_set)))
         allowed = np.flatnonzero(np.unpackbits(a.view(np.uint8), bitorder="little")[:vocab.size]).tolist()
         if not allowed or mine.is_terminated():
             break
@@ -147,3 +161,61 @@ def test_masks_equal_xgrammars_on_real_vocabularies(real_vocab, name):
         mine, ref, out = _walk_both(gbnf, real_vocab, random.Random(seed), 25)
         if mine.is_terminated():
             assert accepts(out.decode()), out
+
+
+# ------------------------------------------------ random grammars (property)
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_ALPHA = "ab(),"
+_MULTI = [b"ab", b"((", b"))", b"a,", b",(", b"b)", b"()", b"ba(", b"))b"]
+RANDOM_VOCAB = TokenVocabulary(tuple([bytes([b]) for b in range(256)] + _MULTI + [None]),
+                               frozenset({256 + len(_MULTI)}), 256 + len(_MULTI) + 1, "raw")
+
+
+def _expr(draw, names, depth):
+    kind = draw(st.sampled_from(["lit", "class", "ref", "seq", "alt", "rep"] if depth < 3 else ["lit", "class", "ref"]))
+    if kind == "lit":
+        return '"' + draw(st.text(alphabet=_ALPHA, min_size=0, max_size=3)) + '"'
+    if kind == "class":
+        return "[" + "".join(sorted(set(draw(st.text(alphabet="ab(", min_size=1, max_size=3))))) + "]"
+    if kind == "ref":
+        return draw(st.sampled_from(names))
+    if kind == "seq":
+        return " ".join(_expr(draw, names, depth + 1) for _ in range(draw(st.integers(2, 3))))
+    if kind == "alt":
+        return "(" + " | ".join(_expr(draw, names, depth + 1) for _ in range(draw(st.integers(2, 3)))) + ")"
+    lo = draw(st.integers(0, 2))
+    hi = draw(st.sampled_from([None, lo, lo + 1, lo + 2]))
+    suffix = {(0, None): "*", (1, None): "+"}.get((lo, hi)) or ("{%d,}" % lo if hi is None else "{%d,%d}" % (lo, hi))
+    return "(" + _expr(draw, names, depth + 1) + ")" + suffix
+
+
+@st.composite
+def random_grammars(draw):
+    """Small GBNF grammars over a tiny alphabet, recursion welcome; every rule has a
+    base case (a literal alternative), so every rule is productive."""
+    names = ["root", "x", "y"][: draw(st.integers(1, 3))]
+    lines = []
+    for name in names:
+        base = '"' + draw(st.text(alphabet=_ALPHA, min_size=0, max_size=2)) + '"'
+        lines.append(f"{name} ::= {base} | {_expr(draw, names, 0)}")
+    return "\n".join(lines) + "\n"
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(random_grammars(), st.integers(0, 2**32))
+def test_masks_equal_xgrammars_on_random_grammars(gbnf, seed):
+    """Any grammar poot models: its masks are xgrammar's, step by step (the soundness of poot's
+    own pushdown masks rests on this and on the table above)."""
+    from hypothesis import assume
+
+    from poot_vllm.core.errors import PootError
+
+    try:
+        grammar = parse_gbnf(gbnf)
+    except PootError:
+        assume(False)
+    assume(rule_automata(grammar) is not None)  # left recursion stays on xgrammar
+    _walk_both(gbnf, RANDOM_VOCAB, random.Random(seed), 12)
