@@ -299,3 +299,21 @@ def test_admission_still_refuses_only_what_cannot_fit():
     the budget masks make the rest fit."""
     gbnf, _ = GRAMMARS["arithmetic"]
     assert shortest_reply(Constraint(Kind.GRAMMAR, gbnf), VOCAB) == 1
+
+
+@pytest.mark.parametrize("own", [True, False])
+def test_a_token_only_an_expensive_parse_reads_is_checked_on_that_parse(own):
+    """After "((((" the cheap parse (a) needs 4 bytes; the other (b) needs 45, and after the
+    token "(b" (which only b reads) 55.  With 24 bytes left, every token a reads fits, but "(b"
+    must go (a walk that skipped the "(" subtree for a's sake let it through: found by the
+    random-reply test)."""
+    gbnf, _ = GRAMMARS["ambiguous-depth"]
+    comp = compile_grammar(gbnf, own=own)
+    m = comp.new_matcher()
+    m.set_token_budget(30)
+    assert m.accept_tokens([ord("(")] * 4)
+    allowed = _allowed(m)
+    paren_b = 256 + MULTI.index(b"(b")
+    assert ord("(") in allowed and ord(")") in allowed and paren_b not in allowed
+    m.set_token_budget(80)
+    assert paren_b in _allowed(m)

@@ -134,7 +134,9 @@ def _walk_items(byte_next, call_off, call_start, call_ret, accepting, first, dis
     With a non-empty ``sub_max`` (the deepest token below each trie node) the
     walk is for a budget, whose result the caller intersects with the grammar
     mask: a subtree where even ``inc1`` more per byte stays within ``limit``
-    is not walked, its tokens are all set (grammatical or not).
+    is not walked, its tokens are all set (grammatical or not) -- only where
+    the item is the one configuration that read the prefix (``ws[3]``): with
+    several, a token grammatical through another one must still be checked.
 
     With a non-empty ``bnd_out``, also record each child node whose byte is
     read by returning below the base level (``_explore``'s flag) once
@@ -148,6 +150,7 @@ def _walk_items(byte_next, call_off, call_start, call_ret, accepting, first, dis
         ws[0, sp] = items[0, k]
         ws[1, sp] = items[1, k]
         ws[2, sp] = items[2, k]
+        ws[3, sp] = 1 if n_items == 1 else 0
         sp += 1
     work = 0
     n_bnd = 0
@@ -156,6 +159,7 @@ def _walk_items(byte_next, call_off, call_start, call_ret, accepting, first, dis
         i = ws[0, sp]
         g = ws[1, sp]
         f = ws[2, sp]
+        alone = ws[3, sp] == 1
         work += 1
         if work > work_cap:
             counts[0] = work
@@ -167,8 +171,10 @@ def _walk_items(byte_next, call_off, call_start, call_ret, accepting, first, dis
             for k in range(tok_offsets[i], tok_offsets[i + 1]):
                 t = tok_ids[k]
                 row[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
-        if sub_max.shape[0] > 0 and cost + inc1 * (sub_max[i] - node_depth[i]) <= limit:
-            # No token below can raise the distance past the limit from here.
+        if alone and sub_max.shape[0] > 0 and cost + inc1 * (sub_max[i] - node_depth[i]) <= limit:
+            # No token below can raise the distance past the limit from here, and this is the
+            # only configuration that read the prefix (so every grammatical token below is one of
+            # its own: setting them all is exact once intersected with the grammar mask).
             for k in range(tok_offsets[i + 1], tok_offsets[node_end[i]]):
                 t = tok_ids[k]
                 row[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
@@ -199,6 +205,7 @@ def _walk_items(byte_next, call_off, call_start, call_ret, accepting, first, dis
                 ws[0, sp] = j
                 ws[1, sp] = res[0, k]
                 ws[2, sp] = res[1, k]
+                ws[3, sp] = 1 if alone and n_res == 1 else 0
                 sp += 1
             j = node_end[j]
     counts[0] = work
@@ -300,7 +307,7 @@ class _Scratch(threading.local):
         have = getattr(self, "areas", None)
         cap = (2 * n_nodes + 1024) * grow
         if have is None or have[0].shape[1] < cap:
-            self.areas = (np.empty((3, cap), dtype=np.int32),            # ws
+            self.areas = (np.empty((4, cap), dtype=np.int32),            # ws
                           np.empty((3, cap), dtype=np.int32),            # items
                           np.empty((4, _EXPLORE_CAP), dtype=np.int32),   # scr
                           np.empty((2, _EXPLORE_CAP), dtype=np.int32),   # res
@@ -343,6 +350,7 @@ class RuleMasks:
                 singles.setdefault(data[0], []).append(t)
         self.singles = singles
         self.state_row = self.rows = self.grp_off = self.grp_byte = self.grp_start = self.bnd_node = None
+        self.returns: "list[bool] | None" = None
         self.grp_tok_start = self.grp_tok = None
         if precompute:
             self._precompute(max_work)
@@ -433,6 +441,8 @@ class RuleMasks:
         self.bnd_node = np.asarray(deep, dtype=np.int32)
         self.rows = np.stack(rows)
         self.state_row = state_row
+        #: states whose frame a token can return from (the others' mask is their row alone)
+        self.returns = (self.grp_off[1:] > self.grp_off[:-1]).tolist()
         for a in (self.grp_off, self.grp_byte, self.grp_tok_start, self.grp_tok, self.grp_start, self.bnd_node,
                   self.rows, self.state_row):
             a.flags.writeable = False
@@ -440,6 +450,11 @@ class RuleMasks:
     def fill(self, configs_state: Configurations, configs: tuple[tuple[int, int], ...], out: np.ndarray) -> bool:
         """The grammar mask of ``configs`` into ``out`` (int32 words, stop ids not
         set).  False when the walk passed its cap (then ``out`` is undefined)."""
+        if len(configs) == 1:
+            g0, f0 = configs[0]
+            if f0 < 0 or not self.returns[g0]:
+                out.view(np.uint32)[...] = self.rows[self.state_row[g0]]  # no token returns: the row is the mask
+                return True
         g = np.array([c[0] for c in configs], dtype=np.int32)
         f = np.array([c[1] for c in configs], dtype=np.int32)
         words = out.view(np.uint32)
