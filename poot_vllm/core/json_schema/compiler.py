@@ -27,7 +27,7 @@ from poot_vllm.core.json_schema.formats import (ANY_STRING_FORMATS, BYTE_COUNTED
                                                 format_regex)
 from poot_vllm.core.json_schema import maps
 from poot_vllm.core.json_schema.negation import NegationTooLarge, Negator
-from poot_vllm.core.json_schema.recursive import NeedsUnrolling, rule_placeholder
+from poot_vllm.core.json_schema.placeholders import NeedsUnrolling, rule_placeholder
 from poot_vllm.core.json_schema.patterns import (PatternError, patterns_disjoint, strings_missing_pattern,
                                                  translate_pattern)
 from poot_vllm.core.json_schema.ranges import integer_range_regex

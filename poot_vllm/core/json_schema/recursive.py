@@ -32,23 +32,9 @@ from typing import Any
 from poot_vllm.core.errors import PootError
 from poot_vllm.core.grammar.gbnf import (Alternation, CharClass, Grammar, Literal, Node, Repeat, Rule, RuleRef,
                                          Sequence)
+from poot_vllm.core.json_schema.placeholders import PLACEHOLDER_BASE, PLACEHOLDER_END, NeedsUnrolling
 from poot_vllm.core.limits import DEFAULT_LIMITS, Limits
 from poot_vllm.core.regex import ast
-
-#: Placeholders are U+100000 + k (Supplementary Private Use Area-B).
-PLACEHOLDER_BASE = 0x100000
-_PLACEHOLDER_END = 0x10FFFD
-
-
-class NeedsUnrolling(Exception):
-    """Rules mode cannot write this schema; the unrolled DFA path takes it (not a PootError:
-    the compiler's own ``except PootError`` handlers must let it through)."""
-
-
-def rule_placeholder(k: int) -> str:
-    """The character that stands for the ``k``-th rule in the regex text."""
-    return chr(PLACEHOLDER_BASE + k)
-
 
 def schema_grammar(schema: "dict | bool | str", limits: Limits = DEFAULT_LIMITS, escaped: str = "") -> "Grammar | None":
     """The grammar of a recursive schema, each cyclic ``$ref`` target one rule;
@@ -63,7 +49,7 @@ def schema_grammar(schema: "dict | bool | str", limits: Limits = DEFAULT_LIMITS,
         root = parse_schema(schema, limits)
         if not cyclic_targets(root):
             return None
-        if any(PLACEHOLDER_BASE <= ord(ch) <= _PLACEHOLDER_END
+        if any(PLACEHOLDER_BASE <= ord(ch) <= PLACEHOLDER_END
                for ch in json.dumps(root, ensure_ascii=False)):
             return None
         top, compiler = compile_schema_rules(root, limits, escaped)
