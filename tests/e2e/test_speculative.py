@@ -70,8 +70,11 @@ CASES = [
     ({"guided_regex": "(abc-123 ){2,6}(abd|abc)"}, lambda t: re.fullmatch("(abc-123 ){2,6}(abd|abc)", t)),
     ({"guided_choice": ["abc-123 abc-123", "abc-123 abd-124", "abc"]},
      lambda t: t in ("abc-123 abc-123", "abc-123 abd-124", "abc")),
-    # Bounded: pushdown grammars have no budget masks, so a reply must fit max_tokens.
+    # Without recursion a grammar is a DFA; with recursion it runs on poot's own pushdown masks
+    # (RuleMatcher), whose rollback the drafts exercise, with budget masks.
     ({"guided_grammar": 'root ::= ("abc-123 "){1,3} ("abc" | "abd")'}, lambda t: re.fullmatch("(abc-123 ){1,3}(abc|abd)", t)),
+    ({"guided_grammar": 'root ::= "abc-123 " root | "abc" | "(" root ")"'},
+     lambda t: re.fullmatch(r"(?:abc-123 |\()*abc\)*", t) and t.count("(") == t.count(")")),
     ({"guided_json": SCHEMA}, lambda t: _valid_json(t, SCHEMA)),
 ]
 

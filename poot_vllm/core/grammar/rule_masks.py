@@ -8,19 +8,23 @@ whose distance is at most a limit:
 * **Grammar masks** (:meth:`RuleMasks.fill`), in place of xgrammar's matcher.
   What a token does from a configuration ``(g, f)`` depends on the stack
   below ``g``'s frame only if the token *returns* from that frame.  So, per
-  state ``g`` and once per grammar and vocabulary (:func:`_precompute`), the
-  tokens read from ``g`` without returning are one stored row, and the trie
-  nodes where a return from ``g``'s frame happens are listed (sorted by the
-  byte read next, from the frame below).  A mask is then the rows of the
-  current states, plus a walk of only those listed subtrees from the frame
-  below -- what xgrammar calls context-dependent tokens, usually few.
+  state ``g`` and once per grammar and vocabulary (:meth:`RuleMasks._precompute`),
+  the tokens read from ``g`` without returning are one stored row, and the
+  trie nodes where a return from ``g``'s frame happens are grouped by the
+  byte then read from the frame below (with the tokens that end right after
+  it).  A mask is then the current states' rows, plus -- for the groups whose
+  byte some frame below can read at all -- those tokens and a walk of the
+  subtrees below them: what xgrammar calls context-dependent tokens, usually
+  few.  A single configuration that cannot return is its row alone.
 * **Budget masks** (:meth:`RuleMasks.within`): near ``max_tokens``, the tokens
   after which the shortest completion still fits, by a walk from the root
-  with a limit (docs/budget.md).
+  with a limit (docs/budget.md), intersected by the caller with the grammar
+  mask, so a subtree that provably fits is not walked.
 
 Rows are deduplicated (states that allow the same tokens share one); the
-precomputation is bounded (:data:`PRECOMPUTE_VISITS_PER_NODE`) and a grammar
-past it keeps xgrammar's masks with poot's budget walk.
+precomputation is bounded (``Limits.max_mask_work`` and
+:data:`PRECOMPUTE_VISITS_PER_NODE`) and a grammar past it keeps xgrammar's
+masks with poot's budget walk.
 """
 
 from __future__ import annotations
