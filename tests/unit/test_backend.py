@@ -218,10 +218,14 @@ def test_compile_for_request_uses_the_requests_stop_ids_and_budget(backend, toke
     bitmask = backend.allocate_token_bitmask(1)
     letters = encode(tokenizer, "a") + encode(tokenizer, "x")
     assert len(letters) == 2
+    # Speculative drafts: the grammar allows three letters, the budget two (vLLM keeps
+    # whatever validate_tokens passes, so the budget must hold there too).
+    assert grammar.validate_tokens(letters * 2) == letters
     for t in letters:
         assert t in allowed(grammar, bitmask)
         assert grammar.accept_tokens("r1", [t])
     assert allowed(grammar, bitmask) == {EOS}
+    assert grammar.validate_tokens(letters[:1]) == [] and grammar.validate_tokens([EOS]) == [EOS]
 
 
 def test_unsupported_structural_tag_is_refused_with_a_hint(backend):

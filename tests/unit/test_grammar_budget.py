@@ -317,3 +317,22 @@ def test_a_token_only_an_expensive_parse_reads_is_checked_on_that_parse(own):
     assert ord("(") in allowed and ord(")") in allowed and paren_b not in allowed
     m.set_token_budget(80)
     assert paren_b in _allowed(m)
+
+
+@pytest.mark.parametrize("own", [True, False])
+def test_drafts_the_budget_mask_refuses_are_not_validated(own):
+    """Speculative decoding: vLLM keeps any draft validate_tokens passes, so a draft the
+    grammar allows but the budget mask refuses must stop there (replies overran
+    max_tokens under ngram drafts in a real server before)."""
+    gbnf, _ = GRAMMARS["arithmetic"]
+    comp = compile_grammar(gbnf, own=own)
+    m = comp.new_matcher()
+    m.set_token_budget(6)
+    assert m.accept_tokens([ord("("), ord("(")])  # "))" + stop still fit in the 4 tokens left
+    assert ord("(") not in _allowed(m)
+    assert m.validate_tokens([ord("("), ord("1")]) == []            # grammatical, over the budget
+    assert m.validate_tokens([ord("1"), ord(")"), ord(")"), STOP]) == [ord("1"), ord(")"), ord(")"), STOP]
+    assert m.validate_tokens([ord("1"), ord("+")]) == [ord("1")]      # "+" leaves no room for a term
+    assert m.num_accepted == 2
+    m.set_token_budget(None)
+    assert m.validate_tokens([ord("("), ord("1")]) == [ord("("), ord("1")]

@@ -66,6 +66,7 @@ class TokenMatcher:
     """
 
     _stop_ids: AbstractSet[int]
+    _size: int
     _accepted: int = 0
     _terminated: bool = False
     _budget: int | None = None
@@ -122,20 +123,53 @@ class TokenMatcher:
         return True
 
     def validate_tokens(self, ids: Sequence[int]) -> list[int]:
-        """The longest prefix of ``ids`` that ``accept_tokens`` would take; no state change."""
+        """The longest prefix of ``ids`` that ``accept_tokens`` would take, and, with a
+        token budget, that the budget masks would allow at their positions; no
+        state change.
+
+        vLLM filters speculative drafts with this and then lets the rejection
+        sampler keep any draft it filtered, so a draft the grammar allows but
+        the budget mask does not (one that would leave too few tokens to
+        finish) must stop here, or replies overrun ``max_tokens`` under
+        speculative decoding (seen with ngram drafts in a real server).
+        """
         if self._terminated:
             return []
         out: list[int] = []
-        for token in ids:
-            token = int(token)
-            if not self._advance(token):
-                break
-            out.append(token)
-            if token in self._stop_ids:
-                break
-        if out:
-            self._retreat(len(out))
+        budget = self._budget is not None
+        try:
+            for token in ids:
+                token = int(token)
+                if budget and not self._budget_allows(token):
+                    break
+                if not self._advance(token):
+                    break
+                out.append(token)
+                self._accepted += 1  # the next draft's budget mask is one position later
+                if token in self._stop_ids:
+                    break
+        finally:
+            self._accepted -= len(out)
+            if out:
+                self._retreat(len(out))
         return out
+
+    def _budget_near(self) -> bool:
+        """Whether the budget can restrict this position's mask (subclasses say when it
+        cannot, so drafts far from the end cost no mask fill)."""
+        return True
+
+    def _budget_allows(self, token: int) -> bool:
+        """Whether this position's mask (budget included) has ``token``."""
+        if not 0 <= token < self._size:
+            return False
+        if not self._budget_near():
+            return True
+        row = getattr(self, "_probe_row", None)
+        if row is None:
+            row = self._probe_row = np.zeros((self._size + 31) // 32, dtype=np.int32)
+        self.fill_bitmask(row)
+        return bool((int(row[token >> 5]) >> (token & 31)) & 1)
 
     def rollback(self, n: int) -> None:
         """Undo the last ``n`` accepted tokens (termination included)."""

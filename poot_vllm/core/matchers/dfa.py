@@ -73,6 +73,9 @@ class DFAMatcher(TokenMatcher):
     def _retreat(self, n: int) -> None:
         del self._history[-n:]
 
+    def _budget_near(self) -> bool:
+        return self._budget - self._accepted < self._index.plain_row_budget[self._history[-1]]
+
     # ---------------------------------------------------------------- masks
 
     def fill_bitmask(self, row: np.ndarray) -> None:

@@ -304,6 +304,16 @@ class PushdownMatcher(TokenMatcher):
             elif self._configs is not None:
                 self._restrict_to_completion(row)
 
+    def _budget_near(self) -> bool:
+        remaining = self._budget - self._accepted
+        if self._closer is not None:
+            return remaining - 1 - self._stop_cost < self._closer.cost() + self._closing.max_increase
+        if self._configs is not None:
+            from poot_vllm.core.matchers.rules import budget_far
+
+            return not budget_far(self._rules, self._configs, self._history[-1], remaining, self._stop_cost)
+        return False
+
     def _restrict_to_completion(self, row: np.ndarray) -> None:
         """Keep only tokens after which the grammar's reply still finishes in the
         tokens left (poot's model of the grammar; see matchers.rules)."""

@@ -28,15 +28,21 @@ def stop_row(stop_ids: Iterable[int], words: int) -> np.ndarray:
     return row.view(np.int32)
 
 
+def budget_far(masks: Any, configs_state: Configurations, configs: tuple, remaining: int, stop_cost: int) -> bool:
+    """No token can break the budget yet: one byte raises a configuration's distance by at
+    most ``inc1``, so a token by at most ``masks.reach``."""
+    return not configs or remaining - 1 - stop_cost >= max(configs_state.cost(c) for c in configs) + masks.reach
+
+
 def restrict_to_budget(masks: Any, configs_state: Configurations, configs: tuple, row: np.ndarray,
                        remaining: int, stop_cost: int, stop: np.ndarray) -> None:
     """Keep in ``row`` (the grammar's mask) only tokens after which some
     configuration still finishes in the tokens left: one token now, then at
     most one token per byte of the shortest completion, then the stop token."""
+    if budget_far(masks, configs_state, configs, remaining, stop_cost):
+        return
     costs = [configs_state.cost(c) for c in configs]
     limit = remaining - 1 - stop_cost
-    if limit >= max(costs) + masks.reach:
-        return  # no token can break it yet
     grammar_row = row.copy()
     allowed = np.empty_like(grammar_row)
     masks.within(configs_state, configs, limit, allowed)
@@ -94,6 +100,10 @@ class RuleMatcher(TokenMatcher):
 
     def _retreat(self, n: int) -> None:
         del self._history[-n:]
+
+    def _budget_near(self) -> bool:
+        return not budget_far(self._masks, self._configs, self._history[-1], self._budget - self._accepted,
+                              self._stop_cost)
 
     def fill_bitmask(self, row: np.ndarray) -> None:
         """Write the allowed tokens into ``row`` (int32 words; bit ``t & 31`` of word ``t >> 5``)."""
