@@ -336,3 +336,35 @@ def test_drafts_the_budget_mask_refuses_are_not_validated(own):
     assert m.num_accepted == 2
     m.set_token_budget(None)
     assert m.validate_tokens([ord("("), ord("1")]) == [ord("("), ord("1")]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.data(), st.integers(0, 2**32), st.integers(0, 12), st.booleans())
+def test_random_grammars_finish_within_budget(data, seed, slack, own):
+    """Random recursive grammars (test_rule_masks' generator), random replies biased to long
+    tokens: each ends with the stop token inside shortest + 1 + slack tokens, on either mask."""
+    from hypothesis import assume
+
+    from poot_vllm.core.errors import PootError
+    from tests.unit.test_rule_masks import RANDOM_VOCAB, random_grammars
+
+    gbnf = data.draw(random_grammars())
+    try:
+        model = rule_automata(parse_gbnf(gbnf))
+    except PootError:
+        model = None
+    assume(model is not None)
+    comp = compile_grammar(gbnf, RANDOM_VOCAB, own=own)
+    stop = min(RANDOM_VOCAB.stop_ids)
+    budget = model.shortest + 1 + slack
+    rng = random.Random(seed)
+    m = comp.new_matcher()
+    m.set_token_budget(budget)
+    while not m.is_terminated():
+        assert m.num_accepted < budget, gbnf
+        row = np.zeros((RANDOM_VOCAB.size + 31) // 32, dtype=np.int32)
+        m.fill_bitmask(row)
+        allowed = sorted(allowed_set(row, RANDOM_VOCAB.size))
+        assert allowed, gbnf
+        longer = [t for t in allowed if t != stop and len(RANDOM_VOCAB.token_bytes[t]) > 1]
+        assert m.accept_tokens([rng.choice(longer) if longer and rng.random() < 0.6 else rng.choice(allowed)])
