@@ -395,7 +395,7 @@ class RuleMasks:
         rows: list[np.ndarray] = []
         state_row = np.empty(n_states, dtype=np.int32)
         bnd_lists: list[np.ndarray] = []
-        args = self._args()
+        args = self._kernel_args
         for g in range(n_states):
             row[:] = 0
             items[0, 0], items[1, 0], items[2, 0] = 0, g, -1
