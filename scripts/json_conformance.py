@@ -5,7 +5,12 @@ Compiles every schema in ``<repo>/../shared/bench-data/jsonschemabench/*.jsonl``
 and ``json-schema-test-suite/draft2020-12.jsonl``, and for each compiled one
 checks exactness: random samples of the regex must validate with
 ``jsonschema``, and the item's invalid instances (re-serialized compactly with
-sorted keys) must not match.  Prints a table per subset.
+sorted keys) must not match.  A recursive schema is also compiled as poot
+serves it, a grammar (json_schema.recursive): replies drawn from its masks
+must validate and the invalid instances must not parse.  Prints a table per
+subset: ``compiled`` (the regex, unrolled where recursive), ``dfa`` (its
+automaton fits the default budget), ``grammar`` (served as a grammar) and
+``served`` (a DFA or a grammar within the default limits).
 
     python scripts/json_conformance.py            # print the table
     python scripts/json_conformance.py --update   # also rewrite the baseline
@@ -154,6 +159,85 @@ def _validator(schema: Any):
     return cls(schema, format_checker=cls.FORMAT_CHECKER)
 
 
+_BYTE_VOCAB: Any = None
+
+
+def _byte_vocab() -> Any:
+    """Each byte a token, plus a stop token: replies drawn byte by byte."""
+    global _BYTE_VOCAB
+    if _BYTE_VOCAB is None:
+        from poot_vllm.core.vocabulary import TokenVocabulary
+
+        tokens = tuple(bytes([b]) for b in range(256)) + (None,)
+        _BYTE_VOCAB = TokenVocabulary(tokens, frozenset({256}), 257, "raw")
+    return _BYTE_VOCAB
+
+
+def sample_grammar(grammar: Any, rng: random.Random, budget: int = 600) -> str:
+    """A random reply through poot's grammar masks (with the token budget: it finishes)."""
+    import numpy as np
+
+    from poot_vllm.core.matchers.pushdown import compile_pushdown
+
+    vocab = _byte_vocab()
+    m = compile_pushdown(grammar, vocab).new_matcher()
+    m.set_token_budget(budget)
+    data = bytearray()
+    row = np.zeros((vocab.size + 31) // 32, dtype=np.int32)
+    while not m.is_terminated():
+        row[:] = 0
+        m.fill_bitmask(row)
+        allowed = np.flatnonzero(np.unpackbits(row.view(np.uint8), bitorder="little")[:vocab.size]).tolist()
+        ascii_allowed = [t for t in allowed if t < 0x80]
+        t = rng.choice(ascii_allowed) if ascii_allowed and rng.random() < 0.8 else rng.choice(allowed)
+        m.accept_tokens([t])
+        if t < 256:
+            data.append(t)
+    return data.decode("utf-8")
+
+
+def grammar_accepts(grammar: Any, text: str) -> bool:
+    from poot_vllm.core.grammar.rule_automata import Configurations, rule_automata
+
+    c = Configurations(rule_automata(grammar))
+    configs = c.advance(c.initial(), text.encode("utf-8"))
+    return bool(configs) and min(c.cost(x) for x in configs) == 0
+
+
+def check_grammar(item: dict, result: dict, samples: int, seed: int) -> None:
+    """A recursive schema served as a grammar: its replies validate, the invalid instances do not parse."""
+    from poot_vllm.core.json_schema.recursive import schema_grammar
+
+    if schema_grammar(item["schema"]) is None:
+        return
+    from poot_vllm.core.grammar.gbnf import Grammar
+    from poot_vllm.core.json_schema import compile_json_schema
+
+    try:  # as the server compiles it (its bounds on the schema text included)
+        grammar = compile_json_schema(item["schema"])
+    except PootError:
+        return
+    if not isinstance(grammar, Grammar):
+        return
+    result["grammar"] = True
+    problems = result.setdefault("problems", [])
+    rng = random.Random(seed)
+    validator = _validator(item["schema"])
+    for _ in range(samples):
+        text = sample_grammar(grammar, rng)
+        try:
+            ok = validator.is_valid(json.loads(text))
+        except ValueError:
+            ok = False
+        if not ok:
+            problems.append(f"grammar reply does not validate: {text[:120]!r}")
+    for test in item.get("tests", []):
+        if test.get("valid") is False:
+            text = json.dumps(test["data"], ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+            if grammar_accepts(grammar, text):
+                problems.append(f"grammar accepts an invalid instance: {text[:120]!r}")
+
+
 def check_item(item: dict, samples: int = 4, seed: int = 0) -> dict:
     """Compile one item's schema and check exactness; a dict describing the outcome."""
     result: dict[str, Any] = {"id": item["id"], "subset": item["subset"]}
@@ -163,6 +247,7 @@ def check_item(item: dict, samples: int = 4, seed: int = 0) -> dict:
         m = REFUSAL_RE.search(str(exc))
         result["refused"] = (m.group(1) or m.group(3)) if m else "<unnamed>"
         result["message"] = str(exc)
+        check_grammar(item, result, samples, seed)
         return result
     result["compiled"] = True
     result["regex_chars"] = len(regex)
@@ -212,6 +297,7 @@ def check_item(item: dict, samples: int = 4, seed: int = 0) -> dict:
             if accepted:
                 problems.append(f"invalid instance accepted: {text[:120]!r}")
     result["problems"] = problems
+    check_grammar(item, result, samples, seed)
     return result
 
 
@@ -220,11 +306,14 @@ def run(items: list[dict], samples: int = 4) -> list[dict]:
 
 
 def summarize(results: list[dict]) -> dict[str, dict]:
-    table: dict[str, dict] = defaultdict(lambda: {"total": 0, "compiled": 0, "dfa": 0, "refused": Counter()})
+    table: dict[str, dict] = defaultdict(lambda: {"total": 0, "compiled": 0, "dfa": 0, "grammar": 0, "served": 0,
+                                                  "refused": Counter()})
     for r in results:
         row = table[r["subset"]]
         row["total"] += 1
         row["dfa"] += bool(r.get("dfa"))
+        row["grammar"] += bool(r.get("grammar"))
+        row["served"] += bool(r.get("dfa") or r.get("grammar"))
         if r.get("compiled"):
             row["compiled"] += 1
         else:
@@ -234,15 +323,15 @@ def summarize(results: list[dict]) -> dict[str, dict]:
 
 def format_table(table: dict[str, dict]) -> str:
     # dfa: compiled schemas whose DFA also fits the default automaton budget.
-    lines = [f"{'subset':<18} {'total':>5} {'compiled':>8} {'dfa':>4}  top refusals"]
+    lines = [f"{'subset':<18} {'total':>5} {'compiled':>8} {'dfa':>4} {'grammar':>7} {'served':>6}  top refusals"]
     for subset in sorted(table):
         row = table[subset]
         top = ", ".join(f"{k}={v}" for k, v in row["refused"].most_common(5))
-        lines.append(f"{subset:<18} {row['total']:>5} {row['compiled']:>8} {row['dfa']:>4}  {top}")
-    total = sum(r["total"] for r in table.values())
-    compiled = sum(r["compiled"] for r in table.values())
-    dfa = sum(r["dfa"] for r in table.values())
-    lines.append(f"{'ALL':<18} {total:>5} {compiled:>8} {dfa:>4}")
+        lines.append(f"{subset:<18} {row['total']:>5} {row['compiled']:>8} {row['dfa']:>4} {row['grammar']:>7} "
+                     f"{row['served']:>6}  {top}")
+    sums = {k: sum(r[k] for r in table.values()) for k in ("total", "compiled", "dfa", "grammar", "served")}
+    lines.append(f"{'ALL':<18} {sums['total']:>5} {sums['compiled']:>8} {sums['dfa']:>4} {sums['grammar']:>7} "
+                 f"{sums['served']:>6}")
     return "\n".join(lines)
 
 
@@ -251,6 +340,7 @@ def baseline_of(results: list[dict]) -> dict:
     return {
         "compiled_per_subset": {s: table[s]["compiled"] for s in sorted(table)},
         "compiled_ids": sorted(r["id"] for r in results if r.get("compiled")),
+        "served_ids": sorted(r["id"] for r in results if r.get("dfa") or r.get("grammar")),
     }
 
 

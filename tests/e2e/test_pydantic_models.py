@@ -69,6 +69,14 @@ class TreeNode(BaseModel):
     children: List["TreeNode"] = []
 
 
+class Category(BaseModel):
+    # recursive, with lookaheads inside the recursion (pattern + max_length, and a map whose keys
+    # have both): the grammar embeds each as a byte automaton instead of unrolling
+    slug: Annotated[str, Field(pattern=r"^[a-z][a-z0-9-]*$", max_length=12)]
+    children: List["Category"] = []
+    labels: Dict[Annotated[str, Field(pattern=r"^[a-z]+$", max_length=6)], "Category"] = {}
+
+
 class Expr(BaseModel):
     op: Literal["+", "*", "num"]
     value: Optional[Annotated[int, Field(ge=0, le=9)]] = None
@@ -173,7 +181,7 @@ def test_recursive_models_finish_inside_a_tight_max_tokens(served):
     """Recursive schemas are grammars (exact at any depth) with budget masks: at a
     max_tokens a random model would overrun, n = 8 replies all stop and validate."""
     server, client = served
-    for model in (Expr, TreeNode):
+    for model in (Expr, TreeNode, Category):
         rf = {"type": "json_schema", "json_schema": {"name": model.__name__, "schema": model.model_json_schema()}}
         r = client.chat.completions.create(model=server.model, messages=[{"role": "user", "content": "x"}],
                                            max_tokens=60, n=8, response_format=rf)

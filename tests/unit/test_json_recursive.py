@@ -15,11 +15,13 @@ import random
 import jsonschema
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from poot_vllm.core.automata.compilers import regex_to_dfa
 from poot_vllm.core.automata.dfa import DFA
 from poot_vllm.core.errors import UnsupportedConstruct
-from poot_vllm.core.grammar.gbnf import Grammar
+from poot_vllm.core.grammar.gbnf import ByteAutomaton, Grammar, Literal, Repeat, Rule, RuleRef, Sequence
 from poot_vllm.core.grammar.rule_automata import Configurations, rule_automata
 from poot_vllm.core.json_schema import RECURSION_DEPTHS, compile_json_schema, schema_to_regex
 from poot_vllm.core.limits import Limits
@@ -39,6 +41,12 @@ TREE = {"$defs": {"Node": {"type": "object", "required": ["v"], "additionalPrope
     "v": {"type": "integer", "minimum": 0, "maximum": 9},
     "kids": {"type": "array", "items": {"$ref": "#/$defs/Node"}}}}}, "$ref": "#/$defs/Node"}
 LINKED = {"type": "object", "required": ["v"], "properties": {"v": {"type": "boolean"}, "next": {"$ref": "#"}}}
+#: lookaheads inside the recursion: ``pattern`` with ``maxLength`` (non-ASCII members: 2-, 3- and 4-byte
+#: UTF-8) and ``patternProperties`` keys, each embedded in its rule as a byte automaton
+NAMED = {"$defs": {"Node": {"type": "object", "required": ["name"], "additionalProperties": False, "properties": {
+    "name": {"type": "string", "pattern": "^[a-z\u00e9\u20ac\U0001d11e]+$", "maxLength": 4},
+    "kids": {"type": "array", "items": {"$ref": "#/$defs/Node"}}}}}, "$ref": "#/$defs/Node"}
+KEYED = {"type": "object", "patternProperties": {"^[a-z]+$": {"$ref": "#"}}, "additionalProperties": False}
 
 
 def _tree(depth: int) -> str:
@@ -98,7 +106,45 @@ def test_a_recursive_schema_is_a_grammar_and_exact_below_the_unrolled_depth():
         assert not accepts(grammar, bad), bad
 
 
-@pytest.mark.parametrize("schema", [TREE, LINKED], ids=["tree", "linked-through-root"])
+def _named(depth: int, name: str = "ab") -> str:
+    text = '{"name":"' + name + '"}'
+    for _ in range(depth - 1):
+        text = '{"kids":[' + text + ',{"name":"c"}],"name":"d"}'
+    return text
+
+
+def _automata(grammar: Grammar) -> list[ByteAutomaton]:
+    found, todo = [], [r.body for r in grammar.rules]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ByteAutomaton):
+            found.append(node)
+        todo.extend(getattr(node, "items", ()) or getattr(node, "options", ()) or ())
+        if isinstance(node, Repeat):
+            todo.append(node.item)
+    return found
+
+
+def test_a_lookahead_inside_the_recursion_is_embedded_and_exact_at_any_depth():
+    """``pattern`` + ``maxLength`` is a lookahead in the schema's regex; grammars have none, so the
+    rule embeds it as a byte automaton instead of unrolling the whole schema."""
+    grammar = compile_json_schema(NAMED)
+    assert isinstance(grammar, Grammar) and _automata(grammar)
+    deep = RECURSION_DEPTHS[0] + 6
+    for name in ["a", "abcd", "\u00e9\u20ac\U0001d11e", "z\U0001d11e"]:
+        text = _named(deep, name)
+        assert accepts(grammar, text) and is_valid(NAMED, text), text
+    for name in ["abcde", "", "a1", "A", "\u00e8"]:
+        text = _named(deep, name)
+        assert not accepts(grammar, text) and not is_valid(NAMED, text), text
+    keyed = compile_json_schema(KEYED)
+    assert isinstance(keyed, Grammar) and _automata(keyed)
+    assert accepts(keyed, '{"a":{"b":{"c":{"d":{"e":{"f":{}}}}}}}')
+    for bad in ['{"a":{"b":{"c":{"d":{"e":{"F":{}}}}}}}', '{"a":{"":{}}}', '{"a":{"b":1}}']:
+        assert not accepts(keyed, bad), bad
+
+
+@pytest.mark.parametrize("schema", [TREE, LINKED, NAMED, KEYED], ids=["tree", "linked-through-root", "named", "keyed"])
 def test_the_grammar_agrees_with_the_unrolled_dfa_where_it_reaches(schema):
     """Random replies of the unrolled DFA (depth <= its levels) are sentences of the grammar,
     and mutations of them are accepted by both or neither."""
@@ -121,7 +167,7 @@ def test_the_grammar_agrees_with_the_unrolled_dfa_where_it_reaches(schema):
     assert len(texts) >= 30
     for text in texts:
         assert accepts(grammar, text), text
-    alphabet = '{}[],:"0123456789vkidsnextrufal '
+    alphabet = '{}[],:"0123456789vkidsnextrufalmAz\u00e9\u20ac '
     for text in texts:
         for _ in range(3):
             i = rng.randrange(len(text) + 1)
@@ -129,7 +175,7 @@ def test_the_grammar_agrees_with_the_unrolled_dfa_where_it_reaches(schema):
             assert accepts(grammar, mutated) == dfa.matches(mutated.encode()), mutated
 
 
-@pytest.mark.parametrize("schema", [TREE, LINKED], ids=["tree", "linked-through-root"])
+@pytest.mark.parametrize("schema", [TREE, LINKED, NAMED, KEYED], ids=["tree", "linked-through-root", "named", "keyed"])
 def test_random_replies_of_any_depth_validate(schema):
     grammar = compile_json_schema(schema)
     texts = replies(grammar, 30, seed=1)
@@ -171,6 +217,82 @@ def test_pydantic_recursive_models_validate_at_any_depth():
     # deeper than the unrolled DFA could go
     nested = '{"data":' + "[" * 9 + "1" + "]" * 9 + "}"
     assert accepts(compile_json_schema(Doc.model_json_schema()), nested)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(name=st.text(alphabet="ab\u00e9\u20ac\U0001d11e\"\\1", max_size=6), depth=st.integers(1, 7))
+def test_xgrammar_reads_an_embedded_automaton_as_poot_does(name, depth):
+    """Where poot's own masks do not fit, xgrammar runs the grammar: the automaton is emitted as
+    one rule per state, its bytes read back as characters (UTF-8 of 1-4 bytes).  Oracle:
+    jsonschema on the document, and poot's model."""
+    text = _named(depth, name)
+    expected = is_valid(NAMED, text) if '"' not in name and "\\" not in name else None
+    on_poot = accepts(_NAMED_GRAMMAR, text)
+    if expected is not None:
+        assert on_poot == expected, text
+    m = _NAMED_XGRAMMAR.new_matcher()
+    data = text.encode()
+    on_xgrammar = m.accept_tokens(list(data)) and m.accept_tokens([min(BYTE_VOCAB.stop_ids)]) and m.is_terminated()
+    assert on_xgrammar == on_poot, text
+
+
+_NAMED_GRAMMAR = compile_json_schema(NAMED)
+
+
+def _xgrammar_compile(grammar: Grammar):
+    import os
+
+    old = os.environ.get("POOT_GRAMMAR_MASKS")
+    os.environ["POOT_GRAMMAR_MASKS"] = "off"
+    try:
+        compiled = compile_pushdown(grammar, BYTE_VOCAB)
+    finally:
+        if old is None:
+            del os.environ["POOT_GRAMMAR_MASKS"]
+        else:
+            os.environ["POOT_GRAMMAR_MASKS"] = old
+    assert compiled.compiled is not None  # xgrammar's matcher
+    return compiled
+
+
+_NAMED_XGRAMMAR = _xgrammar_compile(_NAMED_GRAMMAR)
+
+
+def test_replies_on_xgrammar_with_an_embedded_automaton_validate():
+    compiled = _NAMED_XGRAMMAR
+    rng = random.Random(5)
+    stop = min(BYTE_VOCAB.stop_ids)
+    for _ in range(20):
+        m = compiled.new_matcher()
+        m.set_token_budget(300)
+        text = b""
+        while not m.is_terminated():
+            row = np.zeros((BYTE_VOCAB.size + 31) // 32, dtype=np.int32)
+            m.fill_bitmask(row)
+            t = rng.choice(sorted(allowed_set(row, BYTE_VOCAB.size)))
+            assert m.accept_tokens([t])
+            text += b"" if t == stop else BYTE_VOCAB.token_bytes[t]
+        assert is_valid(NAMED, text.decode()), text
+
+
+def test_a_lookahead_is_embedded_only_where_it_cannot_see_past_its_piece():
+    from poot_vllm.core.json_schema.placeholders import NeedsUnrolling
+    from poot_vllm.core.json_schema.recursive import _Converter
+    from poot_vllm.core.regex.parser import parse
+
+    convert = _Converter({"\U00100000": "ref0"}, Limits())
+    # the lookahead reads "a" and one of b/c: the piece takes the two items after it, then the call
+    node = convert.node(parse("(?=a[bc])a[bcd]\U00100000"))
+    assert isinstance(node, Sequence) and isinstance(node.items[0], ByteAutomaton)
+    assert node.items[1] == RuleRef("ref0")
+    # a negative lookahead that would see into the call: the schema unrolls instead
+    with pytest.raises(NeedsUnrolling):
+        convert.node(parse("(?!ab)a\U00100000"))
+    with pytest.raises(NeedsUnrolling):
+        convert.node(parse("(?<=a)b\U00100000"))
+    # a branch whose lookahead no text passes is dropped, not refused
+    node = convert.node(parse("(?:(?=x)y|z)\U00100000"))
+    assert accepts(Grammar((Rule("root", node), Rule("ref0", Literal("!"))), "root"), "z!")
 
 
 def test_a_negated_recursive_reference_takes_the_unrolled_dfa():

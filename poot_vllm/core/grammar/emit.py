@@ -9,11 +9,20 @@ outside printable ASCII as ``\\uXXXX`` / ``\\UXXXXXXXX``, classes as explicit
 surrogate-free ranges (negation already resolved by the parser), empty
 sequences as ``""``, parentheses wherever precedence needs them, one rule per
 line, and only the rules reachable from the root.
+
+A :class:`~poot_vllm.core.grammar.gbnf.ByteAutomaton` (a JSON Schema's
+lookahead piece) becomes right-linear rules, one per state at a character
+boundary (``a0s3 ::= [a-z] a0s4 | ""``): xgrammar reads characters, the
+automaton bytes, so each rule's classes are the characters whose UTF-8 bytes
+lead from that state to another boundary state.
 """
 
 from __future__ import annotations
 
-from poot_vllm.core.grammar.gbnf import Alternation, CharClass, Grammar, Literal, Node, Repeat, RuleRef, Sequence, reachable_rules
+import functools
+
+from poot_vllm.core.grammar.gbnf import (Alternation, ByteAutomaton, CharClass, Grammar, Literal, Node, Repeat, RuleRef,
+                                         Sequence, reachable_rules)
 
 _CLASS_SPECIAL = set("[]\\-^")
 _LITERAL_SPECIAL = set('"\\')
@@ -48,7 +57,10 @@ def _char_class(node: CharClass) -> str:
     return "[" + "".join(parts) + "]"
 
 
-def _node(node: Node, root: str) -> str:
+def _node(node: Node, root: str, extra: list[str]) -> str:
+    """``node``'s text; rules it needs beside it (byte automata) go to ``extra``."""
+    if isinstance(node, ByteAutomaton):
+        return _automaton_rules(node, f"a{len(extra)}s", extra)
     if isinstance(node, Literal):
         return _literal(node.text)
     if isinstance(node, CharClass):
@@ -56,11 +68,11 @@ def _node(node: Node, root: str) -> str:
     if isinstance(node, RuleRef):
         return rule_name(node.name, root)
     if isinstance(node, Alternation):
-        return " | ".join(_node(o, root) for o in node.options)
+        return " | ".join(_node(o, root, extra) for o in node.options)
     if isinstance(node, Sequence):
-        return " ".join(_grouped(i, root) for i in node.items) if node.items else '""'
+        return " ".join(_grouped(i, root, extra) for i in node.items) if node.items else '""'
     # Repeat: the operand must be atomic for the postfix to bind to all of it.
-    inner = _node(node.item, root)
+    inner = _node(node.item, root, extra)
     if not isinstance(node.item, (Literal, CharClass, RuleRef)):
         inner = f"({inner})"
     lo, hi = node.min, node.max
@@ -79,15 +91,73 @@ def _node(node: Node, root: str) -> str:
     return inner + op
 
 
-def _grouped(node: Node, root: str) -> str:
+def _grouped(node: Node, root: str, extra: list[str]) -> str:
     """``node`` as one element of a sequence."""
-    text = _node(node, root)
+    text = _node(node, root, extra)
     return f"({text})" if isinstance(node, Alternation) else text
 
 
 def grammar_to_xgrammar_ebnf(grammar: Grammar) -> str:
     """The xgrammar EBNF text for ``grammar`` (entry rule ``root``)."""
     by_name = {r.name: r for r in grammar.rules}
-    lines = [f"{rule_name(name, grammar.root)} ::= {_node(by_name[name].body, grammar.root)}"
+    extra: list[str] = []
+    lines = [f"{rule_name(name, grammar.root)} ::= {_node(by_name[name].body, grammar.root, extra)}"
              for name in reachable_rules(grammar)]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + extra) + "\n"
+
+
+# UTF-8 lead bytes: (first, last, continuation bytes, the lead's payload mask)
+_LEADS = ((0x00, 0x7F, 0, 0x7F), (0xC2, 0xDF, 1, 0x1F), (0xE0, 0xEF, 2, 0x0F), (0xF0, 0xF4, 3, 0x07))
+
+
+def _automaton_rules(node: ByteAutomaton, prefix: str, extra: list[str]) -> str:
+    """Append to ``extra`` one rule per character-boundary state of ``node``
+    (named ``prefix`` + state: ``a<lines so far>s<state>``, apart from
+    :func:`rule_name`'s ``root`` and ``r_*``); return the start rule's name."""
+    @functools.cache
+    def tails(q: int, k: int) -> tuple[tuple[int, int, int], ...]:
+        """(lo, hi, state) over the values of ``k`` continuation bytes read from ``q``."""
+        out: list[tuple[int, int, int]] = []
+        for lo, hi, t in node.edges[q]:
+            for b in range(max(lo, 0x80), min(hi, 0xBF) + 1):
+                base = (b - 0x80) << (6 * (k - 1))
+                for a, z, u in ((0, 0, t),) if k == 1 else tails(t, k - 1):
+                    if out and out[-1][2] == u and out[-1][1] + 1 == base + a:  # runs stay one range
+                        out[-1] = (out[-1][0], base + z, u)
+                    else:
+                        out.append((base + a, base + z, u))
+        return tuple(out)
+
+    names = {0: f"{prefix}0"}
+    todo, lines = [0], []
+    while todo:
+        q = todo.pop()
+        by_target: dict[int, list[tuple[int, int]]] = {}
+        for lo, hi, t in node.edges[q]:
+            for first, last, k, payload in _LEADS:
+                for b in range(max(lo, first), min(hi, last) + 1):
+                    base = (b & payload) << (6 * k)
+                    moves = [(0, 0, t)] if k == 0 else tails(t, k)
+                    for a, z, u in moves:
+                        by_target.setdefault(u, []).append((base + a, base + z))
+        options = []
+        for u in sorted(by_target):
+            if u not in names:
+                names[u] = f"{prefix}{u}"
+                todo.append(u)
+            options.append(f"{_char_class(CharClass(_merged(by_target[u])))} {names[u]}")
+        if node.accepting[q]:
+            options.append('""')
+        lines.append(f"{names[q]} ::= {' | '.join(options)}")
+    extra.extend(sorted(lines))
+    return names[0]
+
+
+def _merged(ranges: list[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
+    out: list[list[int]] = []
+    for lo, hi in sorted(ranges):
+        if out and lo <= out[-1][1] + 1:
+            out[-1][1] = max(out[-1][1], hi)
+        else:
+            out.append([lo, hi])
+    return tuple((lo, hi) for lo, hi in out)

@@ -73,7 +73,20 @@ class Repeat:
     max: int | None
 
 
-Node = Union[Literal, CharClass, RuleRef, Sequence, Alternation, Repeat]
+@dataclass(frozen=True)
+class ByteAutomaton:
+    """A byte-level DFA standing for a piece of a grammar (never parsed from
+    GBNF text): what a JSON Schema rule embeds where its regex has a lookahead,
+    which grammars cannot spell (json_schema.recursive).  ``edges[q]`` holds
+    ``(lo, hi, target)`` byte ranges out of state ``q``; the start is state 0;
+    every state lies on a path to an accepting one, and the language is never
+    empty."""
+
+    edges: tuple[tuple[tuple[int, int, int], ...], ...]
+    accepting: tuple[bool, ...]
+
+
+Node = Union[Literal, CharClass, RuleRef, Sequence, Alternation, Repeat, ByteAutomaton]
 
 
 @dataclass(frozen=True)
@@ -374,7 +387,7 @@ def _productive(node: Node, ok: set[str]) -> bool:
         return any(_productive(i, ok) for i in node.options)
     if isinstance(node, Repeat):
         return node.min == 0 or _productive(node.item, ok)
-    return True  # literals and (never empty) classes
+    return True  # literals, (never empty) classes and byte automata
 
 
 def nullable(node: Node, null_rules: set[str]) -> bool:
@@ -383,6 +396,8 @@ def nullable(node: Node, null_rules: set[str]) -> bool:
         return node.text == ""
     if isinstance(node, CharClass):
         return False
+    if isinstance(node, ByteAutomaton):
+        return node.accepting[0]
     if isinstance(node, RuleRef):
         return node.name in null_rules
     if isinstance(node, Sequence):
@@ -484,6 +499,8 @@ def grammar_cost(grammar: Grammar) -> int:
             return class_cost(node)
         if isinstance(node, RuleRef):
             return 1
+        if isinstance(node, ByteAutomaton):
+            return sum(len(e) for e in node.edges)
         if isinstance(node, Alternation):
             return sum(cost(o) for o in node.options)
         if isinstance(node, Repeat):

@@ -25,8 +25,8 @@ from __future__ import annotations
 from poot_vllm.core.automata.build import Budget, regex_tree_to_dfa
 from poot_vllm.core.automata.dfa import DFA
 from poot_vllm.core.errors import LimitExceeded
-from poot_vllm.core.grammar.gbnf import (Alternation, CharClass, Grammar, Literal, Node, Repeat, RuleRef, Sequence,
-                                         reachable_rules, references)
+from poot_vllm.core.grammar.gbnf import (Alternation, ByteAutomaton, CharClass, Grammar, Literal, Node, Repeat,
+                                         RuleRef, Sequence, _walk, reachable_rules, references)
 from poot_vllm.core.limits import DEFAULT_LIMITS, Limits
 from poot_vllm.core.regex import ast
 
@@ -78,6 +78,8 @@ def regular_tree(grammar: Grammar) -> "ast.Node | None":
     order = dependency_order(grammar)
     if order is None:
         return None
+    if any(isinstance(n, ByteAutomaton) for r in grammar.rules for n in _walk(r.body)):
+        return None  # embedded byte automata (json_schema.recursive) have no regex tree; stay pushdown
     by_name = {r.name: r for r in grammar.rules}
     size: dict[str, int] = {}  # per rule, memoized: a DAG is counted in linear time
     for name in order:

@@ -25,17 +25,23 @@ xgrammar's matcher without budgets, as before; never a refusal.
 from __future__ import annotations
 
 import functools
+import threading
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from poot_vllm.core.automata.utf8 import DONE, codepoint_automaton
-from poot_vllm.core.grammar.gbnf import (Alternation, CharClass, Grammar, Literal, Node, Repeat, RuleRef, Sequence,
-                                         cycle_node, reachable_rules)
+from poot_vllm.core.grammar.gbnf import (Alternation, ByteAutomaton, CharClass, Grammar, Literal, Node, Repeat, RuleRef,
+                                         Sequence, cycle_node, reachable_rules)
 
-#: Largest total of per-rule DFA states modelled (a byte table of 1 KiB each).
+#: Largest total of per-rule DFA states modelled, after merging equivalent
+#: states (a byte table of 1 KiB each).
 MAX_STATES = 8192
+#: Largest total built before merging (subset construction keeps one state per
+#: set of NFA positions; schemas merge to a third or half of that).
+MAX_BUILT_STATES = 2 * MAX_STATES
 #: Largest Thompson NFA (counted repeats are expanded into copies).
 MAX_NFA_STATES = 200_000
 #: Most configurations a reply keeps at once (ambiguous grammars); the
@@ -120,6 +126,14 @@ class _NFA:
                 for lo, hi, target in edges:
                     self.edges[ids[q]].append((lo, hi, e if target == DONE else ids[target]))
             return ids[0], e
+        if isinstance(node, ByteAutomaton):
+            ids = [self.new() for _ in node.edges]
+            e = self.new()
+            for q, edges in enumerate(node.edges):
+                self.edges[ids[q]].extend((lo, hi, ids[t]) for lo, hi, t in edges)
+                if node.accepting[q]:
+                    self.eps[ids[q]].append(e)
+            return ids[0], e
         if isinstance(node, RuleRef):
             s, e = self.new(), self.new()
             self.calls[s].append((node.name, e))
@@ -169,12 +183,25 @@ class _NFA:
         return frozenset(seen)
 
 
+_models: "weakref.WeakKeyDictionary[Grammar, RuleAutomata | None]" = weakref.WeakKeyDictionary()
+_models_lock = threading.Lock()
+
+
 def rule_automata(grammar: Grammar) -> "RuleAutomata | None":
-    """The model of ``grammar``, or None where it has none (see the module docstring)."""
+    """The model of ``grammar``, or None where it has none (see the module docstring).
+
+    Kept while the grammar lives: a recursive schema's grammar is modelled when
+    it is compiled (to choose grammar or unrolled DFA) and again for its masks."""
+    with _models_lock:
+        if grammar in _models:
+            return _models[grammar]
     try:
-        return _build(grammar)
+        model = _build(grammar)
     except _TooLarge:
-        return None
+        model = None
+    with _models_lock:
+        _models[grammar] = model
+    return model
 
 
 def _build(grammar: Grammar) -> "RuleAutomata | None":
@@ -214,7 +241,7 @@ def _build(grammar: Grammar) -> "RuleAutomata | None":
                     target = nfa.closure(targets)
                     j = index.get(target)
                     if j is None:
-                        if len(states) >= MAX_STATES:
+                        if len(states) >= MAX_BUILT_STATES:
                             raise _TooLarge
                         j = index[target] = len(states)
                         states.append(target)
@@ -231,6 +258,10 @@ def _build(grammar: Grammar) -> "RuleAutomata | None":
     for g, row in enumerate(byte_rows):
         if row:
             byte_next[g, list(row)] = list(row.values())
+    byte_next, call_rows, accepting, offsets = _minimized(byte_next, call_rows, accepting, offsets)
+    n = len(accepting)
+    if n > MAX_STATES:
+        return None
     call_off = np.zeros(n + 1, dtype=np.int32)
     call_start: list[int] = []
     call_ret: list[int] = []
@@ -254,6 +285,48 @@ def _build(grammar: Grammar) -> "RuleAutomata | None":
         return None
     return RuleAutomata(byte_next, call_off, starts, rets, acc, first, dist,
                         offsets[grammar.root], inc1, n)
+
+
+def _minimized(byte_next: np.ndarray, call_rows: list, accepting: list, offsets: dict[str, int]) -> tuple:
+    """The same model with equivalent states merged (Moore's partition refinement:
+    same acceptance, same class after every byte, same return class after every
+    callee).  Subset construction keeps one state per set of NFA positions, and
+    a schema's alternatives (keys, value kinds) reach the same future through
+    many sets: merging them halves to thirds the states the masks are computed
+    for.  The classes are numbered in order of first appearance, so a model's
+    shape does not depend on numpy's sort."""
+    n = byte_next.shape[0]
+    callees = sorted({callee for calls in call_rows for callee, _ in calls})
+    col = {callee: k for k, callee in enumerate(callees)}
+    call_ret = np.full((n, len(callees)), -1, dtype=np.int64)
+    for g, calls in enumerate(call_rows):
+        for callee, ret in calls:
+            call_ret[g, col[callee]] = ret
+    # bytes every state treats alike need one column (JSON grammars: a few dozen of 256)
+    columns = np.unique(byte_next.T, axis=0).T
+    targets = np.hstack([call_ret, columns])
+    cls = np.asarray(accepting, dtype=np.int64)
+    count = len(set(accepting))
+    while True:
+        sig = np.column_stack([cls, np.where(targets >= 0, cls[np.maximum(targets, 0)], -1)]).astype(np.int32)
+        rows = np.ascontiguousarray(sig).view(np.dtype((np.void, sig.shape[1] * 4))).ravel()
+        _, first, inverse = np.unique(rows, return_index=True, return_inverse=True)
+        if len(first) == count:
+            break
+        cls, count = inverse.astype(np.int64).ravel(), len(first)
+    if count == n:
+        return byte_next, call_rows, accepting, offsets
+    # renumber by first appearance; a representative per class
+    order = np.full(count, -1, dtype=np.int64)
+    reps: list[int] = []
+    for g, c in enumerate(cls.tolist()):
+        if order[c] < 0:
+            order[c] = len(reps)
+            reps.append(g)
+    new = order[cls]
+    merged = np.where(byte_next[reps] >= 0, new[np.maximum(byte_next[reps], 0)], -1).astype(np.int32)
+    calls = [[(callee, int(new[ret])) for callee, ret in call_rows[g]] for g in reps]
+    return merged, calls, [accepting[g] for g in reps], {name: int(new[g]) for name, g in offsets.items()}
 
 
 def _distances(byte_next: np.ndarray, call_off: np.ndarray, starts: np.ndarray, rets: np.ndarray,

@@ -19,7 +19,8 @@ refusal of its own) when a placeholder could not stand for its rule:
   overlapping ``oneOf``): the rule would have to be negated;
 * a recursive reference in a value poot checks on an automaton (an ``enum``
   filtered by the other keywords, ``uniqueItems`` on a tuple);
-* lookarounds in the regex (grammars have none);
+* a lookaround a byte automaton cannot hold (:class:`_Converter`: one that
+  sees into a recursive reference, a lookbehind);
 * a schema text that holds a placeholder character itself;
 * a grammar without a model (too many states; see rule_automata).
 """
@@ -27,14 +28,15 @@ refusal of its own) when a placeholder could not stand for its rule:
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Iterator
 
-from poot_vllm.core.errors import PootError
-from poot_vllm.core.grammar.gbnf import (Alternation, CharClass, Grammar, Literal, Node, Repeat, Rule, RuleRef,
-                                         Sequence)
+from poot_vllm.core.errors import EmptyLanguage, PootError
+from poot_vllm.core.grammar.gbnf import (Alternation, ByteAutomaton, CharClass, Grammar, Literal, Node, Repeat, Rule,
+                                         RuleRef, Sequence)
 from poot_vllm.core.json_schema.placeholders import PLACEHOLDER_BASE, PLACEHOLDER_END, NeedsUnrolling
 from poot_vllm.core.limits import DEFAULT_LIMITS, Limits
 from poot_vllm.core.regex import ast
+from poot_vllm.core.regex import charsets as cs
 
 def schema_grammar(schema: "dict | bool | str", limits: Limits = DEFAULT_LIMITS, escaped: str = "") -> "Grammar | None":
     """The grammar of a recursive schema, each cyclic ``$ref`` target one rule;
@@ -54,34 +56,201 @@ def schema_grammar(schema: "dict | bool | str", limits: Limits = DEFAULT_LIMITS,
             return None
         top, compiler = compile_schema_rules(root, limits, escaped)
         names = {entry[0]: f"ref{k}" for k, entry in enumerate(compiler.rules.values())}
-        rules = [Rule("root", _node(parse(top), names))]
-        rules += [Rule(names[ph], _node(parse(body), names)) for ph, body in compiler.rules.values()]
+        convert = _Converter(names, limits)
+        rules = [Rule("root", convert.node(parse(top)))]
+        rules += [Rule(names[ph], convert.node(parse(body))) for ph, body in compiler.rules.values()]
         grammar = Grammar(tuple(rules), "root")
-    except (NeedsUnrolling, PootError, RecursionError):
+    except (NeedsUnrolling, PootError, RecursionError, _Empty):
         return None
     if rule_automata(grammar) is None:
         return None
     return grammar
 
 
-def _node(node: Any, names: dict[str, str]) -> Node:
-    """A regex tree as a grammar node; a placeholder character is a call of its rule."""
-    if isinstance(node, ast.Chars):
-        if len(node.ranges) == 1 and node.ranges[0][0] == node.ranges[0][1]:
-            name = names.get(chr(node.ranges[0][0]))
+class _Empty(Exception):
+    """A piece that matches nothing (a lookahead no key can pass): the sequence
+    holding it matches nothing either, and an alternation drops it."""
+
+
+class _Converter:
+    """A rule's regex tree as a grammar node: a placeholder character is a call
+    of its rule, and a lookahead becomes part of an embedded byte automaton.
+
+    Grammars have no lookarounds, so a lookahead (``(?="[a-z]+")`` before a
+    ``patternProperties`` key, ``(?=[^"]{0,40}")`` before a string with both
+    ``pattern`` and ``maxLength``) is compiled, with the items after it in its
+    sequence, into one byte DFA (:class:`ByteAutomaton`).  That DFA judges the
+    lookahead on the piece alone, so the piece must reach as far as the
+    lookahead can see: it is extended item by item until no string the
+    lookahead's body matches can run past the piece's end (checked on automata:
+    ``rest . any+`` and the body share no string).  A lookahead that would see
+    into a call, a lookbehind, or a lookaround inside a lookaround: the schema
+    takes the unrolled DFA (:class:`NeedsUnrolling`)."""
+
+    def __init__(self, names: dict[str, str], limits: Limits) -> None:
+        self.names = names
+        self.limits = limits
+        self._looks: dict[int, tuple[Any, bool]] = {}
+        self._calls: dict[int, tuple[Any, bool]] = {}
+
+    def _call(self, node: Any) -> "str | None":
+        if isinstance(node, ast.Chars) and len(node.ranges) == 1 and node.ranges[0][0] == node.ranges[0][1]:
+            return self.names.get(chr(node.ranges[0][0]))
+        return None
+
+    def has_look(self, node: Any) -> bool:
+        return self._has(node, self._looks, lambda n: isinstance(n, ast.Look))
+
+    def has_call(self, node: Any) -> bool:
+        return self._has(node, self._calls, lambda n: self._call(n) is not None)
+
+    def _has(self, node: Any, memo: "dict[int, tuple[Any, bool]]", leaf: Any) -> bool:
+        # keyed by id (trees share subtrees; hashing one is a walk), holding the
+        # node so that its id is not reused while the memo lives
+        entry = memo.get(id(node))
+        found = None if entry is None else entry[1]
+        if found is None:
+            if leaf(node):
+                found = True
+            elif isinstance(node, (ast.Concat, ast.Alt)):
+                found = any(self._has(i, memo, leaf) for i in node.items)
+            elif isinstance(node, ast.Repeat):
+                found = self._has(node.item, memo, leaf)
+            else:
+                found = False
+            memo[id(node)] = (node, found)
+        return found
+
+    def node(self, node: Any) -> Node:
+        if isinstance(node, ast.Chars):
+            name = self._call(node)
             if name is not None:
                 return RuleRef(name)
-        if not node.ranges:
-            raise NeedsUnrolling("an empty character class")
-        return CharClass(tuple(node.ranges))
-    if isinstance(node, ast.Concat):
-        if not node.items:
+            if not node.ranges:
+                raise _Empty
+            return CharClass(tuple(node.ranges))
+        if isinstance(node, ast.Concat):
+            return self._sequence(node.items)
+        if isinstance(node, ast.Alt):
+            options = []
+            for item in node.items:
+                try:
+                    options.append(self.node(item))
+                except _Empty:
+                    pass
+            if not options:
+                raise _Empty
+            return Alternation(tuple(options))
+        if isinstance(node, ast.Repeat):
+            try:
+                return Repeat(self.node(node.item), node.min, node.max)
+            except _Empty:
+                if node.min:
+                    raise
+                return Literal("")
+        raise NeedsUnrolling("a lookaround outside a sequence")
+
+    def _sequence(self, items: "tuple[Any, ...]") -> Node:
+        if not items:
             return Literal("")
-        return Sequence(tuple(_node(i, names) for i in node.items))
+        out: list[Node] = []
+        k = 0
+        while k < len(items):
+            if not (self.has_look(items[k]) and not self.has_call(items[k])):
+                out.append(self.node(items[k]))
+                k += 1
+                continue
+            j = k + 1
+            while not self._confined(items[k:j]):
+                if j == len(items) or self.has_call(items[j]):
+                    raise NeedsUnrolling("a lookahead that sees into a recursive reference")
+                j += 1
+            out.append(self._automaton(ast.concat(items[k:j])))
+            k = j
+        return out[0] if len(out) == 1 else Sequence(tuple(out))
+
+    def _confined(self, items: "tuple[Any, ...]") -> bool:
+        """Whether every lookaround in ``items`` sees only text the items match."""
+        for look, rest in _looks_with_rest(list(items), []):
+            if look.behind or self.has_look(look.body):
+                raise NeedsUnrolling("a lookbehind, or a lookaround inside a lookaround")
+            past_end = ast.concat([_without_looks(r) for r in rest] + [ast.repeat(ast.Chars(cs.ANY_CHAR), 1, None)])
+            if _intersect(self._dfa(past_end), self._dfa(look.body)):
+                return False
+        return True
+
+    def _dfa(self, tree: Any) -> Any:
+        from poot_vllm.core.automata.build import Budget, regex_tree_to_dfa
+
+        try:
+            return regex_tree_to_dfa(tree, Budget(self.limits.max_automaton_bytes), counted=False)
+        except EmptyLanguage:
+            return None
+
+    def _automaton(self, tree: Any) -> ByteAutomaton:
+        dfa = self._dfa(tree)
+        if dfa is None or not dfa.accepting.any():
+            raise _Empty
+        order = [dfa.start] + [q for q in range(dfa.n_states) if q != dfa.start]  # the start becomes state 0
+        number = {q: i for i, q in enumerate(order)}
+        edges = []
+        for q in order:
+            row = dfa.transitions[q].tolist()
+            runs: list[tuple[int, int, int]] = []
+            for b, t in enumerate(row):
+                if t < 0:
+                    continue
+                if runs and runs[-1][1] == b - 1 and runs[-1][2] == number[t]:
+                    runs[-1] = (runs[-1][0], b, runs[-1][2])
+                else:
+                    runs.append((b, b, number[t]))
+            edges.append(tuple(runs))
+        return ByteAutomaton(tuple(edges), tuple(bool(dfa.accepting[q]) for q in order))
+
+
+def _looks_with_rest(items: list, rest: list) -> "Iterator[tuple[ast.Look, list]]":
+    """Each lookaround in the sequence ``items`` (followed by ``rest``), with what
+    may follow it up to the sequence's end (a superset: a repeat may go on)."""
+    for i, item in enumerate(items):
+        after = items[i + 1:] + rest
+        if isinstance(item, ast.Look):
+            yield item, after
+        elif isinstance(item, ast.Concat):
+            yield from _looks_with_rest(list(item.items), after)
+        elif isinstance(item, ast.Alt):
+            for option in item.items:
+                yield from _looks_with_rest([option], after)
+        elif isinstance(item, ast.Repeat):
+            yield from _looks_with_rest([item.item], [ast.repeat(item.item, 0, None)] + after)
+
+
+def _without_looks(node: Any) -> Any:
+    """``node`` with every lookaround dropped (it matches a superset)."""
+    if isinstance(node, ast.Look):
+        return ast.EPSILON
+    if isinstance(node, ast.Concat):
+        return ast.concat([_without_looks(i) for i in node.items])
     if isinstance(node, ast.Alt):
-        if not node.items:
-            raise NeedsUnrolling("a branch that matches nothing")
-        return Alternation(tuple(_node(i, names) for i in node.items))
+        return ast.alt([_without_looks(i) for i in node.items])
     if isinstance(node, ast.Repeat):
-        return Repeat(_node(node.item, names), node.min, node.max)
-    raise NeedsUnrolling("a lookaround in the schema's regex")  # ast.Look: grammars have none
+        return ast.repeat(_without_looks(node.item), node.min, node.max)
+    return node
+
+
+def _intersect(a: Any, b: Any) -> bool:
+    """Whether two DFAs (None: empty) accept a common string (product search)."""
+    if a is None or b is None:
+        return False
+    ta, tb = a.transitions, b.transitions
+    seen = {(a.start, b.start)}
+    todo = [(a.start, b.start)]
+    while todo:
+        p, q = todo.pop()
+        if a.accepting[p] and b.accepting[q]:
+            return True
+        both = (ta[p] >= 0) & (tb[q] >= 0)
+        for pair in set(zip(ta[p][both].tolist(), tb[q][both].tolist())):
+            if pair not in seen:
+                seen.add(pair)
+                todo.append(pair)
+    return False
