@@ -71,8 +71,10 @@ def clear_caches(engine: str, backend: Any) -> None:
         from poot_vllm.core.cache import compiled_cache
 
         constraints._automata.clear()
-        # Compiled constraints go; the per-vocabulary trie and compiler stay, like xgrammar's.
-        compiled_cache().clear(keep=lambda key: key[0] in ("trie", "xgrammar-compiler"))
+        # Compiled constraints go; the per-vocabulary trie and compiler stay, like xgrammar's,
+        # and so do the loop walks (core.lazy_masks: a JSON string body's tokens, shared by
+        # every constraint in a running server).
+        compiled_cache().clear(keep=lambda key: key[0] in ("trie", "xgrammar-compiler", "loop-walk"))
     elif engine == "xgrammar":
         backend.compiler.clear_cache()
     elif engine == "outlines":

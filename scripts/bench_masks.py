@@ -90,7 +90,8 @@ def _supports(engine: str, item: BenchItem) -> bool:
 def _mem_bytes(engine: str, grammar) -> int | None:
     if engine == "poot":
         m = grammar.matcher
-        index = getattr(m, "_index", None)
+        # a lazy matcher's index may still be pending (core.lazy_masks): read after drain()
+        index = getattr(m, "_index", None) or getattr(getattr(m, "_pending", None), "index", None)
         if index is not None:
             return int(index.nbytes)
         compiled = getattr(m, "compiled", None) or getattr(m, "_compiled", None)
@@ -143,18 +144,21 @@ def run_one(engine: str, backend, item: BenchItem, vocab_name: str, token_bytes,
     base = engine.split("+")[0]
     clear_caches(base, backend)
     option, spec = item.key_for(base)
-    if engine == "poot+budget":  # what poot's request hook does: the reply must finish in `steps` tokens
-        def compile_(b, o, s):
-            return b.compile_grammar(o, s, max_new_tokens=steps)
-    elif engine == "poot+handoff":  # the engine in a server: the API server checked (and published) the DFA
+    variants = set(engine.split("+")[1:])
+    if "handoff" in variants:  # the engine in a server: the API server checked (and published) the DFA
         _api_server_check(backend, option, spec)
 
-        def compile_(b, o, s):
-            with _handoff_dir():
-                return b.compile_grammar(o, s)
-    else:
-        def compile_(b, o, s):
-            return b.compile_grammar(o, s)
+    def compile_(b, o, s):
+        # budget: what poot's request hook does (the reply must finish in `steps` tokens);
+        # eager: every mask built before the first (POOT_LAZY_MASKS=off), the compile before lazy masks
+        kwargs = {"max_new_tokens": steps} if "budget" in variants else {}
+        with contextlib.ExitStack() as stack:
+            if "handoff" in variants:
+                stack.enter_context(_handoff_dir())
+            if "eager" in variants:
+                os.environ["POOT_LAZY_MASKS"] = "off"
+                stack.callback(os.environ.pop, "POOT_LAZY_MASKS")
+            return b.compile_grammar(o, s, **kwargs)
     bitmask = backend.allocate_token_bitmask(1)
     gc.collect()
     t0 = time.perf_counter()
@@ -171,7 +175,6 @@ def run_one(engine: str, backend, item: BenchItem, vocab_name: str, token_bytes,
         return r
     r.compiled = True
     r.compile_ms, r.ttfm_ms = 1e3 * (t1 - t0), 1e3 * (t2 - t0)
-    r.mem_bytes = _mem_bytes(base, grammar)
     t0 = time.perf_counter()
     try:
         compile_(backend, option, spec)
@@ -220,6 +223,11 @@ def run_one(engine: str, backend, item: BenchItem, vocab_name: str, token_bytes,
             break
         tb = token_bytes[tok]
         out.append(tb if tb is not None else b"")
+    if base == "poot":  # untimed: the lazy index's background build ends before the next constraint
+        from poot_vllm.core.lazy_masks import drain
+
+        drain()
+    r.mem_bytes = _mem_bytes(base, grammar)
     if r.finished:
         try:
             text = b"".join(out).decode("utf-8")
@@ -345,7 +353,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--vocab", nargs="*", default=None, help="bench vocabularies (default: llama2-spm-32k llama3-bpe-128k)")
     ap.add_argument("--engines", nargs="*", default=["poot", "poot+budget", "xgrammar", "guidance", "outlines"],
                     help="poot+budget: poot with the token budget its request hook sets (max_tokens = --steps); "
-                         "poot+handoff: the engine's compile after the API server's check published the DFA")
+                         "poot+handoff: the engine's compile after the API server's check published the DFA; "
+                         "poot+eager: every mask built before the first (POOT_LAZY_MASKS=off); variants "
+                         "combine (poot+handoff+eager)")
     ap.add_argument("--subsets", nargs="*", default=None, help="groups to run (e.g. Glaiveai2K Regex_hand choice)")
     ap.add_argument("--per-group", type=int, default=None, help="at most this many constraints per group")
     ap.add_argument("--steps", type=int, default=None, help="walk length cap (default 64; quick 24)")
@@ -431,7 +441,7 @@ def main(argv: list[str] | None = None) -> int:
         out_md.append(f"Step by thread CPU time on {vocab_name} (no preemption), p99 / max us: " + "; ".join(
             f"{e} {_f(s['cpu_p99'])} / {_f(s['cpu_max'])}" for e, s in overall.items()) + "\n")
         n_lines = len(groups) + 3
-        for pv in ("poot", "poot+budget", "poot+handoff"):
+        for pv in [e for e in args.engines if e.startswith("poot")]:
             if pv in overall and "xgrammar" in overall:
                 p, x = overall[pv], overall["xgrammar"]
                 out_md.append(f"{pv} / xgrammar on {vocab_name}: step median {p['step_med'] / x['step_med']:.2f}x, "

@@ -71,7 +71,7 @@ def constraint_for(request_type: StructuredOutputOptions, grammar_spec: str) -> 
 
 def _warm_up(vocab: TokenVocabulary | None = None) -> None:
     from poot_vllm.core.grammar.rule_masks import warm_up as warm_up_grammar_masks
-    from poot_vllm.core.masks import warm_up
+    from poot_vllm.core.lazy_masks import warm_up  # masks' kernels too
     from poot_vllm.core.regex.charsets import category
 
     warm_up()
@@ -190,8 +190,9 @@ class PootBackend(StructuredOutputBackend):
         ``compile_pushdown``, per (token bytes, grammar), whose cheap wrapper
         is not cached again (so no grammar is charged or kept twice).
         """
+        from poot_vllm.core.lazy_masks import lazy_masks_enabled
         from poot_vllm.core.masks import estimate_mask_work
-        from poot_vllm.core.matchers.compiled import CompiledDFA
+        from poot_vllm.core.matchers.compiled import CompiledDFA, LazyCompiledDFA
         from poot_vllm.core.matchers.pushdown import compile_pushdown
 
         automaton = compile_automaton(constraint, self.limits)
@@ -205,11 +206,19 @@ class PootBackend(StructuredOutputBackend):
             # Decided before building, so no request pays a failed mask build.
             return self._grammar_on_pushdown(constraint, vocab)
 
+        key = ("dfa", constraint, self.limits, vocab.cache_key)
+
         def build() -> Any:
-            return CompiledDFA.build(automaton, vocab, max_work=self.limits.max_mask_work)
+            # Lazy (core.lazy_masks): the first mask after one trie walk, the full
+            # index on the background thread; recharged in the cache once built.
+            compiled = CompiledDFA.build(automaton, vocab, max_work=self.limits.max_mask_work,
+                                         lazy=lazy_masks_enabled())
+            if isinstance(compiled, LazyCompiledDFA):
+                compiled.when_ready(lambda: self._cache.recharge(key, compiled))
+            return compiled
 
         try:
-            return self._cache.get_or_build(("dfa", constraint, self.limits, vocab.cache_key), build)
+            return self._cache.get_or_build(key, build)
         except LimitExceeded:
             if not grammar:
                 raise

@@ -199,6 +199,22 @@ class ByteCache(Generic[V]):
             self._bytes -= size
             self.evictions += 1
 
+    def recharge(self, key: Hashable, value: Any) -> None:
+        """Charge ``key`` anew at ``value``'s current size, if ``value`` is still what
+        it holds (an artefact that grew or shrank after it was cached: a lazily
+        built DFA index, charged an upper bound until it is built)."""
+        try:
+            size = int(self._sizeof(value)) + approx_nbytes(key) + ENTRY_OVERHEAD
+        except Exception:  # noqa: BLE001 - keep the old charge
+            return
+        with self._lock:
+            item = self._items.get(key)
+            if item is None or item[0] is not value:
+                return
+            self._items[key] = (value, size)
+            self._bytes += size - item[1]
+            self._evict_locked()
+
     def discard(self, key: Hashable) -> None:
         """Forget ``key`` (a build in flight still finishes and is kept)."""
         with self._lock:

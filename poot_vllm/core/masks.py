@@ -359,6 +359,12 @@ def _set_bits(words: np.ndarray, ids: np.ndarray) -> None:
     np.bitwise_or.at(words, ids >> 5, np.left_shift(np.uint32(1), (ids & 31).astype(np.uint32)))
 
 
+#: The build's Python loops (dedupe lookups, a few us per state) give up the
+#: GIL every this many + 1 states: a build on a background thread
+#: (``lazy_masks``) or on vLLM's compile pool then delays the scheduler's own
+#: Python by tens of microseconds, not by a whole chunk's loop (~1 ms).
+_YIELD_EVERY = 31
+
 #: Rows computed per numba call (bounds the scratch buffer), and the
 #: successor buffer's minimum size (a call stops early when it might overflow).
 _CHUNK_BYTES = 4 * 1024 * 1024
@@ -498,6 +504,8 @@ def _build_rows(trans: np.ndarray, accepting: np.ndarray, trie: TokenTrie, stop_
         np.cumsum(succ_counts[:done], out=succ_offsets[s + 1:s + done + 1])
         succ_offsets[s + 1:s + done + 1] += succ_offsets[s]
         for j in range(done):
+            if j & _YIELD_EVERY == _YIELD_EVERY:
+                time.sleep(0)  # let other threads take the GIL (see _YIELD_EVERY)
             # 64-bit hash as the dedupe key; equality is still checked, so a
             # collision costs a duplicate row, never a wrong one.
             key = int(hashes[j])
@@ -797,6 +805,8 @@ def _build_budget_tables(trans: np.ndarray, accepting: np.ndarray, trie: TokenTr
             n_of, dist_of, len_of = n_entries[:done].tolist(), e_dist.tolist(), e_len.tolist()
             explicit_of, hash_of = e_explicit.tolist(), e_hash.tolist()
             for k in range(done):
+                if k & _YIELD_EVERY == _YIELD_EVERY:
+                    time.sleep(0)  # let other threads take the GIL (see _YIELD_EVERY)
                 s = int(states[j + k])
                 m = n_of[k]
                 refs: list[int] = []

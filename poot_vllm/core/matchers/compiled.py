@@ -8,9 +8,12 @@ cached by the backend; each request choice gets its own cheap
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable, Union
 
+from poot_vllm.core import lazy_masks
+from poot_vllm.core.lazy_masks import PendingMasks
 from poot_vllm.core.masks import DFAMaskIndex
-from poot_vllm.core.matchers.dfa import CountedDFAMatcher, DFAMatcher
+from poot_vllm.core.matchers.dfa import CountedDFAMatcher, DFAMatcher, LazyDFAMatcher
 from poot_vllm.core.token_trie import TokenTrie
 
 
@@ -19,9 +22,22 @@ class CompiledDFA:
     index: DFAMaskIndex
 
     @classmethod
-    def build(cls, dfa, vocab, max_work: int | None = None) -> "CompiledDFA":
-        """``max_work``: ``Limits.max_mask_work`` (LimitExceeded past it)."""
-        return cls(DFAMaskIndex.build(dfa, vocab, TokenTrie.build(vocab), max_work=max_work))
+    def build(cls, dfa, vocab, max_work: int | None = None,
+              lazy: bool = False) -> "Union[CompiledDFA, LazyCompiledDFA]":
+        """``max_work``: ``Limits.max_mask_work`` (LimitExceeded past it).
+
+        ``lazy``: where :func:`~poot_vllm.core.lazy_masks.lazy_eligible` allows it,
+        return at once a :class:`LazyCompiledDFA` whose full index builds on the
+        background thread (the same masks, the first one in one trie walk).
+        """
+        trie = TokenTrie.build(vocab)
+        if lazy and lazy_masks.has_room():
+            pending = PendingMasks(dfa, vocab, trie, max_work)
+            if lazy_masks.lazy_eligible(dfa, trie, pending.is_stop, max_work):
+                pending.prefetch()  # the long walks now, not at a first visit in the scheduler
+                lazy_masks.submit(pending)
+                return LazyCompiledDFA(pending)
+        return cls(DFAMaskIndex.build(dfa, vocab, trie, max_work=max_work))
 
     @property
     def nbytes(self) -> int:
@@ -34,3 +50,22 @@ class CompiledDFA:
         if self.index.counter is not None:
             return CountedDFAMatcher(self.index)
         return DFAMatcher(self.index)
+
+
+@dataclass(frozen=True)
+class LazyCompiledDFA:
+    """A :class:`CompiledDFA` whose index is still building (:mod:`~poot_vllm.core.lazy_masks`)."""
+
+    pending: PendingMasks
+
+    @property
+    def nbytes(self) -> int:
+        """The index's size once built, an upper bound of it before (what the LRU counts)."""
+        return int(self.pending.nbytes)
+
+    def when_ready(self, callback: Callable[[], None]) -> None:
+        self.pending.when_ready(callback)
+
+    def new_matcher(self) -> DFAMatcher:
+        index = self.pending.index
+        return DFAMatcher(index) if index is not None else LazyDFAMatcher(self.pending)

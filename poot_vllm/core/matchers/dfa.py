@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from poot_vllm.core.lazy_masks import PendingMasks
 from poot_vllm.core.masks import DFAMaskIndex
 from poot_vllm.core.matchers.base import TokenMatcher
 
@@ -38,13 +39,14 @@ class DFAMatcher(TokenMatcher):
         self._token_bytes = index.vocab.token_bytes
         self._stop_ids = index.vocab.stop_ids
         self._size = index.trie.size
+        self._start = int(index.dfa.start)
         self._budget = None
         self.reset()
 
     # ----------------------------------------------------------------- state
 
     def _restart(self) -> None:
-        self._history: list[int] = [int(self._index.dfa.start)]
+        self._history: list[int] = [self._start]
 
     @property
     def state(self) -> int:
@@ -63,12 +65,16 @@ class DFAMatcher(TokenMatcher):
         word = self._rows.item(self._row_of_state.item(state), token >> 5)
         if not (word >> (token & 31)) & 1:
             return False
+        self._take(state, token)
+        return True
+
+    def _take(self, state: int, token: int) -> None:
+        """Move from ``state`` over an allowed ``token``'s bytes (a stop token stays)."""
         if token not in self._stop_ids:
             item = self._trans.item
             for b in self._token_bytes[token]:
                 state = item(state, b)
         self._history.append(state)
-        return True
 
     def _retreat(self, n: int) -> None:
         del self._history[-n:]
@@ -95,6 +101,81 @@ class DFAMatcher(TokenMatcher):
                 self._index.fill_restricted(state, budget, row.view(np.uint32))
                 return
         row[...] = self._rows[self._row_of_state[state]]
+
+
+class LazyDFAMatcher(DFAMatcher):
+    """:class:`DFAMatcher` over a constraint whose full index is still being
+    built (:mod:`poot_vllm.core.lazy_masks`): each state's row is one trie walk,
+    shared; the first call after the build has finished switches this matcher
+    to the full index (same states, so nothing accepted is lost).  The masks
+    are the full index's: a budget too tight for the plain row waits for it."""
+
+    def __init__(self, pending: PendingMasks) -> None:
+        self._pending: PendingMasks | None = pending
+        self._trans = pending.transitions
+        self._accepting = pending.accepting
+        self._token_bytes = pending.vocab.token_bytes
+        self._stop_ids = pending.vocab.stop_ids
+        self._size = pending.trie.size
+        self._start = pending.start
+        self._budget = None
+        self.reset()
+        self._adopt()
+
+    def _adopt(self) -> bool:
+        """Switch to the full index if it is built (True once switched)."""
+        pending = self._pending
+        if pending is None:
+            return True
+        index = pending.index
+        if index is None:
+            return False
+        self._index, self._rows, self._row_of_state = index, index.rows, index.row_of_state
+        self._pending = None
+        return True
+
+    def _tight(self) -> bool:
+        """Whether the budget may restrict this position (the plain row is not proven enough)."""
+        return self._budget is not None and self._budget - self._accepted <= self._pending.bound
+
+    def _wait(self) -> bool:
+        """Wait for the full index (True: switched to it; False: its build failed)."""
+        self._pending.wait()
+        return self._adopt()
+
+    def set_token_budget(self, max_new_tokens: int | None) -> None:
+        super().set_token_budget(max_new_tokens)
+        if not self._adopt() and self._tight():
+            self._wait()  # at compile time (vLLM's compile thread), not in the scheduler
+
+    def _advance(self, token: int) -> bool:
+        if self._adopt():
+            return super()._advance(token)
+        state = self._history[-1]
+        if not 0 <= token < self._size or not (self._pending.row(state).item(token >> 5) >> (token & 31)) & 1:
+            return False
+        self._take(state, token)
+        return True
+
+    def _budget_near(self) -> bool:
+        if self._adopt():
+            return super()._budget_near()
+        return self._tight()
+
+    def fill_bitmask(self, row: np.ndarray) -> None:
+        if self._adopt() or (self._tight() and self._wait()):
+            super().fill_bitmask(row)
+            return
+        pending = self._pending
+        if self._terminated:
+            row[...] = pending.stop_row
+            return
+        state = self._history[-1]
+        if self._tight():  # the full build failed: byte distances (lazy_masks)
+            budget = max(self._budget - self._accepted, int(pending.byte_dist[state]))
+            pending.fill_restricted(state, budget, row.view(np.uint32))
+            return
+        row[...] = pending.row(state)
 
 
 class CountedDFAMatcher(DFAMatcher):

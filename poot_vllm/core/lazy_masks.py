@@ -1,0 +1,637 @@
+"""A DFA's token masks served before its full index is built.
+
+Why.  :meth:`DFAMaskIndex.build <poot_vllm.core.masks.DFAMaskIndex.build>`
+walks the token trie once per DFA state before the first mask: a
+JSONSchemaBench schema at 128k tokens costs a median ~20 ms and up to ~200 ms,
+and the request waits for all of it although its first tokens touch a handful
+of states (guidance computes masks lazily and serves its first in ~2 ms).
+Here compiling walks only the *expensive* states (:data:`LAZY_MAX_NODES`,
+:meth:`PendingMasks.prefetch`; most of them inside loops such as a JSON
+string body, whose walk is shared per process, see the loop comment below);
+every other state is one short walk at its first visit, so a decoding step
+never pays a long one.  The full index is built by a background thread (one
+per process, numba kernels run without the GIL) and every matcher switches
+to it at its next step.
+
+Exactly the same masks, which is why this is only used where it is provable
+(:func:`lazy_eligible`):
+
+* a plain DFA (no counter: ``counted_masks`` rows depend on the counter);
+* every byte the DFA can read is a one-byte text token of the vocabulary
+  (byte-level BPE, SentencePiece with byte fallback).  Then no state is
+  token-dead, so a state's row is the build's first-pass row (one walk,
+  :meth:`PendingMasks.row`), and every state's token distance is at most its
+  byte distance plus the stop token: ``bound`` (the largest of those) bounds
+  every distance;
+* the vocabulary-free work estimate is within ``max_mask_work`` (the
+  background build is bounded by the same limit).
+
+Budgets.  With ``remaining > bound`` tokens left, every allowed token can
+still finish, so the plain row *is* the budget mask (the eager index says the
+same: its ``plain_row_budget`` is at most ``bound + 1``).  Tighter budgets
+need exact token distances: the matcher waits for the full index, at compile
+time when ``max_tokens`` is already tight (vLLM's compile thread), in the
+scheduler only when a reasoning phase spent the budget within the build's
+first milliseconds.  If the full build fails (its real work passed
+``max_mask_work`` although the estimate did not), rows stay one walk per
+state and tight budgets use byte distances (:meth:`PendingMasks.fill_restricted`:
+sound -- every reply still finishes when the budget covers the byte distance --
+but not the exact token distances).
+
+``POOT_LAZY_MASKS=off`` builds every index before the first mask, as before.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import queue
+import threading
+import weakref
+from typing import Any, Callable
+
+import numpy as np
+
+from poot_vllm.core.jit import jit_kernel as _jit
+from poot_vllm.core.masks import (_NO_SEEN, UNREACHABLE, DFAMaskIndex, _set_bits, _token_distances, _walk_dfa,
+                                  estimate_mask_work)
+from poot_vllm.core.token_trie import TokenTrie
+
+
+# ------------------------------------------------- loops walked once per process
+#
+# A state inside a JSON string (or any loop: ``[a-z]*``, a free-form value) has
+# a row that costs a walk of about the whole trie (1-3 ms at 128k tokens), and
+# a lazy first visit pays it in the scheduler.  But most of that walk never
+# leaves the state's loop -- the states on short cycles through it -- and
+# what happens inside depends only on the loop's shape, not on where it sits
+# in the DFA.  So the loop, seen from the state, is written as a small
+# canonical table (local states in BFS order; per byte: a local state, dead,
+# or *exit*), and the trie walk over that table is done once per process and
+# table: the tokens that stay inside, and the trie nodes where a walk first
+# leaves it.  A state's row is then that row plus short walks of the real DFA
+# below those exit nodes (tokens like ``abc",`` that close the string).
+
+#: A state whose walk may visit more trie nodes than this (the subtrees of the
+#: bytes it reads) is *expensive*: its row is computed when the constraint is
+#: compiled, through its loop, never at a first visit in the scheduler; the
+#: others cost at most this many node visits (~50-100 us) when first visited.
+LAZY_MAX_NODES = 16384
+#: A loop has at most this many states (a string body with UTF-8 and escapes has ~10).
+MAX_LOOP_STATES = 64
+#: The loop of a state: the states on a cycle through it of at most this many
+#: bytes (``\uXXXX`` is 6, a 4-byte UTF-8 character 4).  Bounded, so that a
+#: string inside an array of objects is the string body, not the whole object
+#: (which differs from one property to the next and would share nothing).
+LOOP_CYCLE_BYTES = 8
+
+
+@_jit
+def _reverse_edges(trans):
+    """The DFA's edges by target (CSR): ``sources[offsets[t]:offsets[t + 1]]`` lead to ``t``."""
+    n = trans.shape[0]
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    for q in range(n):
+        for b in range(256):
+            t = trans[q, b]
+            if t >= 0:
+                offsets[t + 1] += 1
+    for t in range(n):
+        offsets[t + 1] += offsets[t]
+    cursor = offsets[:-1].copy()
+    sources = np.empty(offsets[n], dtype=np.int32)
+    for q in range(n):
+        for b in range(256):
+            t = trans[q, b]
+            if t >= 0:
+                sources[cursor[t]] = q
+                cursor[t] += 1
+    return offsets, sources
+
+
+@_jit
+def _bounded_bfs(trans, rev_offsets, rev_sources, s, depth, forward, dist, queue):
+    """Distances from ``s`` (``forward``) or to ``s`` up to ``depth`` into
+    ``dist`` (others stay -1); returns how many states ``queue[:k]`` it set."""
+    dist[s] = 0
+    queue[0] = s
+    k = 1
+    head = 0
+    while head < k:
+        q = queue[head]
+        head += 1
+        if dist[q] == depth:
+            continue
+        if forward:
+            for b in range(256):
+                t = trans[q, b]
+                if t >= 0 and dist[t] < 0:
+                    dist[t] = dist[q] + 1
+                    queue[k] = t
+                    k += 1
+        else:
+            for j in range(rev_offsets[q], rev_offsets[q + 1]):
+                t = rev_sources[j]
+                if dist[t] < 0:
+                    dist[t] = dist[q] + 1
+                    queue[k] = t
+                    k += 1
+    return k
+
+
+@_jit
+def _loop_table(trans, rev_offsets, rev_sources, s, cycle, ball, max_states, fwd, bwd, queue_f, queue_b,
+                local_of, members, table):
+    """``s``'s loop -- the states on a cycle through ``s`` of at most ``cycle``
+    bytes -- as a canonical table (``table[:k]``, int16: a local state, -1
+    dead, -2 exit, i.e. a live state outside the loop; local states numbered
+    in BFS order by byte) and ``members[:k]`` (local -> DFA state).  Returns
+    ``k``, or -1 past ``max_states``.  With ``ball``, the states within
+    ``cycle`` bytes of ``s`` instead (no way back needed: a chain's positions
+    far from its end look alike).  The scratch arrays (n, all -1) are
+    restored before returning."""
+    kf = _bounded_bfs(trans, rev_offsets, rev_sources, s, cycle, True, fwd, queue_f)
+    kb = 0
+    if ball:
+        for j in range(kf):
+            bwd[queue_f[j]] = 0
+    else:
+        kb = _bounded_bfs(trans, rev_offsets, rev_sources, s, cycle, False, bwd, queue_b)
+    members[0] = s
+    local_of[s] = 0
+    k = 1
+    head = 0
+    over = False
+    while head < k:
+        q = members[head]
+        for b in range(256):
+            t = trans[q, b]
+            if t < 0:
+                table[head, b] = -1
+            elif fwd[t] < 0 or bwd[t] < 0 or fwd[t] + bwd[t] > cycle:
+                table[head, b] = -2
+            else:
+                lt = local_of[t]
+                if lt < 0:
+                    if k == max_states:
+                        over = True
+                        break
+                    lt = k
+                    local_of[t] = k
+                    members[k] = t
+                    k += 1
+                table[head, b] = lt
+        if over:
+            break
+        head += 1
+    for j in range(k):
+        local_of[members[j]] = -1
+    for j in range(kb):
+        bwd[queue_b[j]] = -1
+    if ball:
+        for j in range(kf):
+            bwd[queue_f[j]] = -1
+    for j in range(kf):
+        fwd[queue_f[j]] = -1
+    return -1 if over else k
+
+
+@_jit
+def _loop_walk(table, node_byte, node_depth, node_end, tok_offsets, tok_ids, row, exit_node, exit_local, stack):
+    """The trie walk over a loop table: set in ``row`` every token that stays
+    inside (stop ids included: the caller clears them), list the nodes whose
+    byte first leaves it with the local state before (``exit_*``).  Returns the
+    number of exits."""
+    for k in range(tok_offsets[0], tok_offsets[1]):  # tokens with no bytes stay where they are
+        t = tok_ids[k]
+        row[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
+    stack[0] = 0
+    n_nodes = node_byte.shape[0]
+    n_exit = 0
+    i = 1
+    while i < n_nodes:
+        d = node_depth[i]
+        p = stack[d - 1]
+        v = table[p, node_byte[i]]
+        if v < 0:
+            if v == -2:
+                exit_node[n_exit] = i
+                exit_local[n_exit] = p
+                n_exit += 1
+            i = node_end[i]
+            continue
+        stack[d] = v
+        for k in range(tok_offsets[i], tok_offsets[i + 1]):
+            t = tok_ids[k]
+            row[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
+        i += 1
+    return n_exit
+
+
+@_jit
+def _exit_walks(trans, members, exit_node, exit_local, n_exit, node_byte, node_depth, node_end, tok_offsets,
+                tok_ids, is_stop, row, stack):
+    """Below each exit node, the real DFA's walk from the state the exit byte
+    leads to: set its live non-stop tokens in ``row``."""
+    for x in range(n_exit):
+        first = exit_node[x]
+        d0 = node_depth[first]
+        stack[d0 - 1] = members[exit_local[x]]
+        i = first
+        end = node_end[first]
+        while i < end:
+            d = node_depth[i]
+            nxt = trans[stack[d - 1], node_byte[i]]
+            if nxt < 0:
+                i = node_end[i]
+                continue
+            stack[d] = nxt
+            for k in range(tok_offsets[i], tok_offsets[i + 1]):
+                t = tok_ids[k]
+                if not is_stop[t]:
+                    row[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
+            i += 1
+
+
+def _loop_inside(trie: TokenTrie, token_key: str, table: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The walk over a loop table (cached per process, vocabulary and table)."""
+    from poot_vllm.core.cache import compiled_cache
+
+    digest = hashlib.sha1(table.tobytes()).hexdigest()
+
+    def build() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        row = np.zeros(trie.words, dtype=np.uint32)
+        exit_node = np.empty(trie.n_nodes, dtype=np.int32)
+        exit_local = np.empty(trie.n_nodes, dtype=np.int32)
+        stack = np.empty(trie.max_depth + 1, dtype=np.int16)
+        n = _loop_walk(table, trie.node_byte, trie.node_depth, trie.node_end, trie.tok_offsets, trie.tok_ids,
+                       row, exit_node, exit_local, stack)
+        out = (row, exit_node[:n].copy(), exit_local[:n].copy())
+        for a in out:
+            a.flags.writeable = False
+        return out
+
+    return compiled_cache().get_or_build(("loop-walk", token_key, table.shape[0], digest), build)
+
+
+def warm_up() -> None:
+    """Compile (or load) this module's kernels, and ``masks``' (:func:`poot_vllm.core.masks.warm_up`),
+    on a toy DFA, so the first real compile does not pay for it.  Safe to call from any thread."""
+    from poot_vllm.core.masks import _build_trie, _ToyDFA, _ToyVocab
+    from poot_vllm.core.masks import warm_up as warm_up_masks
+
+    warm_up_masks()
+    trans = np.full((3, 256), -1, dtype=np.int32)
+    trans[0, 97] = 1
+    trans[1, 97] = 2
+    trans[2, 97] = 2
+    trie = _build_trie((b"a", b"aa", None), 3)
+    index = DFAMaskIndex.build(_ToyDFA(trans, np.array([False, False, True]), 0),
+                               _ToyVocab((b"a", b"aa", None), frozenset({2}), 3), trie)
+    _warm_up_kernels(index.transitions, index.accepting, trie, index.is_stop)
+
+
+def _warm_up_kernels(trans: np.ndarray, accepting: np.ndarray, trie: TokenTrie, is_stop: np.ndarray) -> None:
+    n = trans.shape[0]
+    _walk_bounds(trans, np.arange(n, dtype=np.int32), 1, np.ones(256, np.int64), np.ones(256, np.int64),
+                 np.ones((256, 256), np.int64), np.empty(n, np.int64))
+    byte_distances(trans, accepting, 1)
+    offsets, sources = _reverse_edges(trans)
+    scratch = np.full((5, n), -1, dtype=np.int32)
+    members = np.empty(MAX_LOOP_STATES, dtype=np.int32)
+    table = np.empty((MAX_LOOP_STATES, 256), dtype=np.int16)
+    for ball in (False, True):
+        k = _loop_table(trans, offsets, sources, n - 1, LOOP_CYCLE_BYTES, ball, MAX_LOOP_STATES, scratch[0],
+                        scratch[1], scratch[2], scratch[3], scratch[4], members, table)
+    row = np.zeros(trie.words, dtype=np.uint32)
+    exit_node = np.empty(trie.n_nodes, dtype=np.int32)
+    exit_local = np.empty(trie.n_nodes, dtype=np.int32)
+    n_exit = _loop_walk(np.ascontiguousarray(table[:max(k, 1)]), trie.node_byte, trie.node_depth, trie.node_end,
+                        trie.tok_offsets, trie.tok_ids, row, exit_node, exit_local,
+                        np.empty(trie.max_depth + 1, dtype=np.int16))
+    exit_node.flags.writeable = False  # as cached by _loop_inside
+    exit_local.flags.writeable = False
+    _exit_walks(trans, members, exit_node, exit_local, n_exit, trie.node_byte, trie.node_depth, trie.node_end,
+                trie.tok_offsets, trie.tok_ids, is_stop, row, np.empty(trie.max_depth + 1, dtype=np.int32))
+
+
+@_jit
+def _walk_bounds(trans, states, n_first, first_size, children, size2, out):
+    """Per state in ``states``, an upper bound of the trie nodes its walk visits:
+    every first-level node, and below each byte ``b`` it reads, every child and
+    the whole subtree of each child ``c`` whose byte the next state reads."""
+    for j in range(states.shape[0]):
+        s = states[j]
+        bound = n_first
+        for b in range(256):
+            t = trans[s, b]
+            if t < 0 or first_size[b] == 0:
+                continue
+            bound += children[b]
+            for c in range(256):
+                if size2[b, c] > 1 and trans[t, c] >= 0:
+                    bound += size2[b, c] - 1
+        out[j] = bound
+
+
+def _trie_levels(trie: TokenTrie) -> tuple[int, np.ndarray, np.ndarray, np.ndarray]:
+    """The trie's first two levels: first-level node count, subtree size per byte,
+    children per byte, subtree size per byte pair (kept with the trie: 0.5 MiB)."""
+    levels = _levels.get(trie)
+    if levels is None:
+        levels = _levels[trie] = _count_levels(trie)
+    return levels
+
+
+_levels: "weakref.WeakKeyDictionary[TokenTrie, tuple[int, np.ndarray, np.ndarray, np.ndarray]]" = \
+    weakref.WeakKeyDictionary()
+
+
+def _count_levels(trie: TokenTrie) -> tuple[int, np.ndarray, np.ndarray, np.ndarray]:
+    depth, byte, end = trie.node_depth, trie.node_byte, trie.node_end
+    first = np.nonzero(depth == 1)[0]
+    first_size = np.zeros(256, dtype=np.int64)
+    first_size[byte[first]] = end[first] - first
+    second = np.nonzero(depth == 2)[0]
+    parent = byte[first[np.searchsorted(first, second) - 1]]  # the first-level node before it
+    children = np.bincount(parent, minlength=256).astype(np.int64)
+    size2 = np.zeros((256, 256), dtype=np.int64)
+    size2[parent, byte[second]] = end[second] - second
+    return len(first), first_size, children, size2
+
+
+def _expensive_states(trans: np.ndarray, trie: TokenTrie) -> np.ndarray:
+    """bool per state: its walk may visit more than ``LAZY_MAX_NODES`` trie nodes
+    (by a one-level bound for all states, then a two-level one for the states
+    the first does not clear: a state whose bytes are few but common, like a
+    space, reads a large subtree that dies one byte down)."""
+    n_first, first_size, children, size2 = _trie_levels(trie)
+    bound1 = n_first + (trans >= 0) @ first_size
+    out = bound1 > LAZY_MAX_NODES
+    states = np.flatnonzero(out).astype(np.int32)
+    if states.size:
+        bound2 = np.empty(states.size, dtype=np.int64)
+        _walk_bounds(trans, states, n_first, first_size, children, size2, bound2)
+        out[states] = bound2 > LAZY_MAX_NODES
+    return out
+
+
+def lazy_masks_enabled() -> bool:
+    """``POOT_LAZY_MASKS`` (default on): serve masks before the full index is built."""
+    return os.environ.get("POOT_LAZY_MASKS", "on").strip().lower() not in ("0", "off", "false", "no")
+
+
+def _spelled_bytes(trie: TokenTrie, is_stop: np.ndarray) -> np.ndarray:
+    """bool (256,): the bytes some one-byte text token spells."""
+    ids, byte = _one_byte_tokens(trie)
+    return np.bincount(byte[~is_stop[ids]], minlength=256) > 0
+
+
+def _one_byte_tokens(trie: TokenTrie) -> tuple[np.ndarray, np.ndarray]:
+    """The one-byte tokens' ids and bytes (kept with the trie)."""
+    got = _one_byte.get(trie)
+    if got is None:
+        first = np.nonzero(trie.node_depth == 1)[0]
+        counts = trie.tok_offsets[first + 1] - trie.tok_offsets[first]
+        ids = np.concatenate([trie.tok_ids[trie.tok_offsets[i]:trie.tok_offsets[i + 1]] for i in first]) \
+            if first.size else np.zeros(0, np.int32)
+        got = _one_byte[trie] = (ids, np.repeat(trie.node_byte[first], counts).astype(np.intp))
+    return got
+
+
+_one_byte: "weakref.WeakKeyDictionary[TokenTrie, tuple[np.ndarray, np.ndarray]]" = weakref.WeakKeyDictionary()
+
+
+def lazy_eligible(dfa: Any, trie: TokenTrie, is_stop: np.ndarray, max_work: int | None) -> bool:
+    """Whether masks may be served before the full index (module docstring)."""
+    if getattr(dfa, "actions", None) is not None:
+        return False
+    trans = np.asarray(dfa.transitions)
+    read = (trans >= 0).any(axis=0)
+    if (read & ~_spelled_bytes(trie, is_stop)).any():
+        return False
+    return max_work is None or estimate_mask_work(dfa, trie.size) <= max_work
+
+
+def byte_distances(trans: np.ndarray, accepting: np.ndarray, stop_cost: int) -> np.ndarray:
+    """Per state, the fewest bytes to a finished reply plus ``stop_cost``
+    (``UNREACHABLE`` where none): the token distance when every byte is a token."""
+    live = trans >= 0
+    offsets = np.zeros(trans.shape[0] + 1, dtype=np.int64)
+    np.cumsum(live.sum(axis=1), out=offsets[1:])
+    succ = np.ascontiguousarray(trans[live], dtype=np.int32)  # row-major: grouped by state
+    return _token_distances(offsets, succ, accepting, np.int32(stop_cost), UNREACHABLE)
+
+
+class PendingMasks:
+    """One DFA's masks against one vocabulary while (and if) its full index builds.
+
+    Shared by every request on the constraint, like the index it becomes;
+    :attr:`index` is set once the full build is done.
+    """
+
+    def __init__(self, dfa: Any, vocab: Any, trie: TokenTrie, max_work: int | None) -> None:
+        self.dfa, self.vocab, self.trie, self.max_work = dfa, vocab, trie, max_work
+        trans = np.ascontiguousarray(dfa.transitions, dtype=np.int32).view()
+        trans.flags.writeable = False
+        accepting = np.ascontiguousarray(dfa.accepting, dtype=np.bool_).view()
+        accepting.flags.writeable = False
+        self.transitions, self.accepting = trans, accepting
+        self.start = int(dfa.start)
+        stop_ids = np.array(sorted(t for t in vocab.stop_ids if 0 <= t < trie.size), dtype=np.int32)
+        is_stop = np.zeros(trie.size, dtype=np.bool_)
+        is_stop[stop_ids] = True
+        stop_ids.flags.writeable = False
+        is_stop.flags.writeable = False
+        self.stop_ids, self.is_stop = stop_ids, is_stop
+        stop_cost = 1 if stop_ids.size else 0
+        dist = byte_distances(trans, accepting, stop_cost)
+        dist.flags.writeable = False
+        self.byte_dist = dist
+        finite = dist[dist < UNREACHABLE]
+        #: Every state's token distance is at most this: more tokens left and
+        #: the plain row is the budget mask.
+        self.bound = int(finite.max()) if finite.size else 0
+        stop_row = np.zeros(trie.words, dtype=np.uint32)
+        _set_bits(stop_row, stop_ids)
+        self.stop_row = stop_row.view(np.int32)
+        self._zeros = np.zeros(trans.shape[0], dtype=np.int32)
+        self._zeros.flags.writeable = False
+        self._rows: dict[int, np.ndarray] = {}
+        #: States whose walk may be long: rows made at compile time (:meth:`prefetch`), through their loop.
+        self.expensive = _expensive_states(trans, trie)
+        self._rev: tuple[np.ndarray, np.ndarray] | None = None  # built at the first loop
+        self.index: DFAMaskIndex | None = None
+        self.error: BaseException | None = None
+        self._done = threading.Event()
+        self._claim = threading.Lock()
+        self._claimed = False
+        self._on_ready: list[Callable[[], None]] = []
+
+    @property
+    def n_states(self) -> int:
+        return int(self.transitions.shape[0])
+
+    # ------------------------------------------------------------- rows
+
+    def row(self, state: int) -> np.ndarray:
+        """``state``'s (read-only, int32) mask row: the full index's, or one trie walk, cached."""
+        index = self.index
+        if index is not None:
+            return index.rows[index.row_of_state[state]]
+        row = self._rows.get(state)
+        if row is None:
+            row = self._loop_row(state) if self.expensive[state] else None
+            if row is None:
+                row = self._walk(state, self._zeros, 0)
+            if self.accepting[state]:
+                _set_bits(row, self.stop_ids)
+            row = row.view(np.int32)
+            row.flags.writeable = False
+            self._rows[state] = row  # a race computes the same row twice, never a wrong one
+        return row
+
+    def _walk(self, state: int, score: np.ndarray, limit: int) -> np.ndarray:
+        trie = self.trie
+        out = np.zeros(trie.words, dtype=np.uint32)
+        stack = np.empty(trie.max_depth + 1, dtype=np.int32)
+        _walk_dfa(self.transitions, int(state), trie.node_byte, trie.node_depth, trie.node_end,
+                  trie.tok_offsets, trie.tok_ids, self.is_stop, score, int(limit),
+                  out, False, _NO_SEEN, 0, _NO_SEEN, stack, np.zeros(1, dtype=np.int64))
+        return out
+
+    def prefetch(self) -> None:
+        """Make the expensive states' rows now (at compile time), so that a
+        first visit during decoding costs at most ``LAZY_MAX_NODES`` node visits."""
+        for state in np.flatnonzero(self.expensive):
+            self.row(int(state))
+
+    def _loop_row(self, state: int) -> np.ndarray | None:
+        """``state``'s text tokens through its loop's cached walk (module
+        comment above), or None where its component is trivial or too large."""
+        n = self.n_states
+        if self._rev is None:
+            self._rev = _reverse_edges(self.transitions)
+        scratch = np.full((4, n), -1, dtype=np.int32)
+        members = np.empty(MAX_LOOP_STATES, dtype=np.int32)
+        table = np.empty((MAX_LOOP_STATES, 256), dtype=np.int16)
+        local_of = np.full(n, -1, dtype=np.int32)
+        k = _loop_table(self.transitions, self._rev[0], self._rev[1], int(state), LOOP_CYCLE_BYTES, False,
+                        MAX_LOOP_STATES, scratch[0], scratch[1], scratch[2], scratch[3], local_of, members, table)
+        if k == 1 and not (table[0] == 0).any():  # no loop: the chain ahead, if its positions repeat
+            k = _loop_table(self.transitions, self._rev[0], self._rev[1], int(state), LOOP_CYCLE_BYTES, True,
+                            MAX_LOOP_STATES, scratch[0], scratch[1], scratch[2], scratch[3], local_of, members,
+                            table)
+        if k < 1:
+            return None  # too large: the plain walk
+        trie = self.trie
+        inside, exit_node, exit_local = _loop_inside(trie, self.vocab.token_key, np.ascontiguousarray(table[:k]))
+        row = inside & ~self.stop_row.view(np.uint32)  # stop ids are never text
+        stack = np.empty(trie.max_depth + 1, dtype=np.int32)
+        _exit_walks(self.transitions, members, exit_node, exit_local, exit_node.shape[0], trie.node_byte,
+                    trie.node_depth, trie.node_end, trie.tok_offsets, trie.tok_ids, self.is_stop, row, stack)
+        return row
+
+    def fill_restricted(self, state: int, budget: int, out: np.ndarray) -> None:
+        """Only after a failed full build: the tokens whose end state is within
+        ``budget - 1`` tokens of the end *by byte distance* (an upper bound of
+        the token distance here), stop ids where ``state`` accepts."""
+        limit = min(int(budget) - 1, int(UNREACHABLE) - 1)
+        out[...] = self._walk(state, self.byte_dist, limit)
+        if self.accepting[state] and budget >= 1:
+            _set_bits(out, self.stop_ids)
+
+    # ------------------------------------------------------- the full build
+
+    def run(self) -> None:
+        """Build the full index (once, by whichever thread comes first)."""
+        with self._claim:
+            if self._claimed:
+                return
+            self._claimed = True
+        try:
+            self.index = DFAMaskIndex.build(self.dfa, self.vocab, self.trie, max_work=self.max_work)
+            self._rows = {}
+        except BaseException as exc:  # noqa: BLE001 - kept, and the rows stay one walk each
+            self.error = exc
+        finally:
+            with self._claim:
+                self._done.set()
+                callbacks, self._on_ready = self._on_ready, []
+        for callback in callbacks:
+            try:
+                callback()
+            except Exception:  # noqa: BLE001 - bookkeeping only (the cache's charge)
+                pass
+
+    def wait(self) -> DFAMaskIndex | None:
+        """The full index, building it here if the background thread has not
+        started it yet; None if the build failed."""
+        self.run()
+        self._done.wait()
+        return self.index
+
+    def when_ready(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` once the full build has finished (at once if it has)."""
+        with self._claim:
+            if not self._done.is_set():
+                self._on_ready.append(callback)
+                return
+        callback()
+
+    @property
+    def ready(self) -> bool:
+        return self._done.is_set()
+
+    @property
+    def nbytes(self) -> int:
+        """The full index's size once built; before, an upper bound of it (one
+        row per state, budget tables at most as large again) for the cache."""
+        index = self.index
+        if index is not None:
+            return int(index.nbytes)
+        return 2 * self.n_states * self.trie.words * 4 + 64 * self.n_states
+
+
+# ------------------------------------------------------- the background thread
+
+_jobs: "queue.Queue[PendingMasks]" = queue.Queue()
+_worker: threading.Thread | None = None
+_worker_lock = threading.Lock()
+
+
+def _work() -> None:
+    while True:
+        pending = _jobs.get()
+        try:
+            pending.run()
+        finally:
+            _jobs.task_done()
+
+
+def drain() -> None:
+    """Wait until every queued full build has finished (benchmarks: between
+    constraints, so one constraint's build does not run under the next one's timing)."""
+    _jobs.join()
+
+
+#: Full builds queued at most; past it a compile builds its index itself, as
+#: without lazy masks (a burst of new constraints cannot queue unbounded work
+#: and memory behind the one background thread).
+MAX_BACKLOG = 32
+
+
+def has_room() -> bool:
+    """Whether the background thread's queue takes another build."""
+    return _jobs.qsize() < MAX_BACKLOG
+
+
+def submit(pending: PendingMasks) -> None:
+    """Queue ``pending``'s full build on this process's one background thread
+    (builds run one at a time: a burst of new constraints costs one core)."""
+    global _worker
+    with _worker_lock:
+        if _worker is None or not _worker.is_alive():
+            _worker = threading.Thread(target=_work, name="poot-masks", daemon=True)
+            _worker.start()
+    _jobs.put(pending)

@@ -1,0 +1,276 @@
+"""Lazy masks (core.lazy_masks): served before the full index is built, and the same masks.
+
+The oracle is the eager index (``CompiledDFA.build`` without ``lazy``), itself
+held against brute force in test_masks.py / test_matcher.py.  A lazy matcher
+is driven through random replies with accepts, speculative validation and
+rollbacks, under no budget, a loose one and tight ones; at every step its mask
+must equal the eager matcher's.  The background build is held back (the
+pending index is built only where the test says), so the lazy path itself is
+what runs, and the switch to the full index mid-reply is tested too.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from poot_vllm.core.automata.compilers import compile_regex
+from poot_vllm.core.cache import ByteCache
+from poot_vllm.core.json_schema import compile_json_schema
+from poot_vllm.core import lazy_masks
+from poot_vllm.core.lazy_masks import PendingMasks, lazy_eligible
+from poot_vllm.core.matchers.compiled import CompiledDFA, LazyCompiledDFA
+from poot_vllm.core.matchers.dfa import DFAMatcher, LazyDFAMatcher
+from poot_vllm.core.token_trie import TokenTrie
+from poot_vllm.core.masks import _NO_SEEN, UNREACHABLE, _walk_dfa
+from poot_vllm.core.vocabulary import TokenVocabulary, with_stop_ids
+from tests.bench_data import bench_path, needs_bench
+
+from mask_helpers import allowed_set, make_vocab, random_dfa, random_vocab
+
+PIECES = [b'{"', b'":', b'",', b'"}', b"true", b"false", b"null", b"12", b"ab", b"abc", b"name", b'"name":"',
+          b", ", b"]", b"[1", b"\xc3\xa9", b"\xe2\x82\xac", b"  ", b"ba"]
+#: Every byte a token (byte-level BPE), a few longer tokens, a stop id.
+FULL = make_vocab([bytes([b]) for b in range(256)] + PIECES + [None], {256 + len(PIECES)}, 256 + len(PIECES) + 3)
+
+SCHEMA = {"type": "object", "properties": {"name": {"type": "string"}, "ok": {"type": "boolean"},
+                                           "tags": {"type": "array", "items": {"enum": ["ab", "ba", "é"]}}},
+          "required": ["name"]}
+DFAS = {
+    "regex": compile_regex(r"(ab|ba|c)*( ?\((1|12)(,12)*\))?"),
+    "utf8": compile_regex(r"[a-zé€]{1,6}(-[0-9]+)?"),
+    "schema": compile_json_schema(json.dumps(SCHEMA)),
+}
+
+
+def _pending(dfa, vocab=FULL, max_work=None, loops=True) -> PendingMasks:
+    """A pending index whose full build has not started (nothing submitted).
+    With ``loops``, every state counts as expensive, so its row goes through its
+    loop's cached walk (the test vocabulary is too small for any to be)."""
+    saved = lazy_masks.LAZY_MAX_NODES
+    lazy_masks.LAZY_MAX_NODES = -1 if loops else saved
+    try:
+        return PendingMasks(dfa, vocab, TokenTrie.build(vocab), max_work)
+    finally:
+        lazy_masks.LAZY_MAX_NODES = saved
+
+
+def _mask(matcher) -> set[int]:
+    row = np.zeros((FULL.size + 31) // 32, dtype=np.int32)
+    matcher.fill_bitmask(row)
+    return allowed_set(row, FULL.size)
+
+
+def _drive(lazy, eager, rng: random.Random, steps: int, build_at: int | None, pending: PendingMasks) -> None:
+    """Random reply on both matchers; masks equal at every step."""
+    for step in range(steps):
+        if step == build_at:
+            pending.run()
+        want = _mask(eager)
+        assert _mask(lazy) == want, f"step {step}"
+        if not want or eager.is_terminated():
+            return
+        drafts = [rng.choice(sorted(want))] + [rng.randrange(FULL.size) for _ in range(2)]
+        assert lazy.validate_tokens(drafts) == eager.validate_tokens(drafts)
+        if rng.random() < 0.2 and eager.num_accepted:
+            n = rng.randint(1, eager.num_accepted)
+            lazy.rollback(n)
+            eager.rollback(n)
+            continue
+        token = drafts[0]
+        assert lazy.accept_tokens([token]) and eager.accept_tokens([token])
+        assert lazy.is_terminated() == eager.is_terminated()
+
+
+@pytest.mark.parametrize("name", sorted(DFAS))
+@pytest.mark.parametrize("budget", [None, 400, "tight"])
+@pytest.mark.parametrize("build_at", [None, 5])
+@pytest.mark.parametrize("loops", [False, True])
+def test_lazy_masks_equal_the_full_index_at_every_step(name, budget, build_at, loops):
+    dfa = DFAS[name]
+    eager_index = CompiledDFA.build(dfa, FULL)
+    for seed in range(6):
+        rng = random.Random(seed)
+        pending = _pending(dfa, loops=loops)
+        lazy, eager = LazyDFAMatcher(pending), eager_index.new_matcher()
+        b = pending.bound + rng.randint(-2, 3) if budget == "tight" else budget
+        if b is not None:
+            eager.set_token_budget(b)
+            lazy.set_token_budget(b)
+        if budget == "tight" and b <= pending.bound:
+            assert pending.ready and lazy._pending is None  # a tight max_tokens waits at compile time
+        _drive(lazy, eager, rng, 60, build_at, pending)
+
+
+def test_a_string_state_is_its_loop_walk_plus_the_walks_past_its_exits():
+    # two string properties: the same loop (the string body) in two places, so
+    # one cached walk serves both, and the tokens that close each string
+    # (`",` / `"}` / `"`) differ by what follows it
+    schema = {"type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "string"}},
+              "required": ["a", "b"]}
+    dfa = compile_json_schema(json.dumps(schema))
+    pending = _pending(dfa)
+    eager = CompiledDFA.build(dfa, FULL).index
+    text = b'{"a":"x'
+    s_a = dfa.run(text)[0]
+    s_b = dfa.run(b'{"a":"","b":"x')[0]
+    assert pending._loop_row(s_a) is not None and pending._loop_row(s_b) is not None
+    for s in (s_a, s_b):
+        assert (pending.row(s) == eager.row(s)).all()
+    assert not (eager.row(s_a) == eager.row(s_b)).all()  # `",` closes only a
+
+
+def test_a_request_stop_id_with_bytes_is_never_text_on_the_loop_path():
+    # a request's stop_token_ids may name an ordinary token ("x" here, and "ab"):
+    # it ends the reply, so no row may allow it as text, inside a loop or past it
+    stops = {FULL.token_bytes.index(b"x"), FULL.token_bytes.index(b"ab"), *FULL.stop_ids}
+    vocab = with_stop_ids(FULL, stops)
+    dfa = DFAS["schema"]
+    pending = _pending(dfa, vocab)
+    eager = CompiledDFA.build(dfa, vocab).index
+    state = dfa.run(b'{"name":"q')[0]
+    assert pending._loop_row(state) is not None
+    assert (pending.row(state) == eager.row(state)).all()
+    assert not stops & allowed_set(pending.row(state), vocab.size)
+
+
+def test_before_the_build_only_the_visited_states_are_walked():
+    dfa = DFAS["schema"]
+    pending = _pending(dfa, loops=False)
+    lazy = LazyDFAMatcher(pending)
+    _mask(lazy)
+    assert not pending.ready and set(pending._rows) == {dfa.start}
+    assert lazy.accept_tokens([FULL.token_bytes.index(b'{"')])
+    _mask(lazy)
+    assert len(pending._rows) == 2 and pending.index is None
+    pending.run()
+    _mask(lazy)
+    assert lazy._pending is None and pending._rows == {}  # switched, and the walked rows dropped
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 10**9), st.booleans())
+def test_lazy_equals_eager_on_random_dfas_and_vocabularies(seed, loops):
+    """Random DFAs (random loops, exits anywhere) and vocabularies; with ``loops``
+    every state's row goes through its loop's cached walk."""
+    rng = random.Random(seed)
+    dfa = random_dfa(rng, b"abc", rng.randint(2, 9))
+    vocab = random_vocab(rng, b"abc", rng.randint(3, 12), all_singles=True)
+    trie = TokenTrie.build(vocab)
+    saved = lazy_masks.LAZY_MAX_NODES
+    lazy_masks.LAZY_MAX_NODES = -1 if loops else saved
+    try:
+        pending = PendingMasks(dfa, vocab, trie, None)
+    finally:
+        lazy_masks.LAZY_MAX_NODES = saved
+    assert lazy_eligible(dfa, trie, pending.is_stop, None)
+    eager_index = CompiledDFA.build(dfa, vocab)
+    lazy, eager = LazyDFAMatcher(pending), eager_index.new_matcher()
+    budget = rng.choice([None, rng.randint(1, 12)])
+    lazy.set_token_budget(budget)
+    eager.set_token_budget(budget)
+    words = (vocab.size + 31) // 32
+    for _ in range(25):
+        a, b = np.zeros(words, np.int32), np.zeros(words, np.int32)
+        lazy.fill_bitmask(a)
+        eager.fill_bitmask(b)
+        assert (a == b).all()
+        allowed = sorted(allowed_set(b, vocab.size))
+        if not allowed or eager.is_terminated():
+            break
+        t = rng.choice(allowed)
+        assert lazy.accept_tokens([t]) and eager.accept_tokens([t])
+
+
+def test_not_lazy_where_a_byte_has_no_token_or_the_dfa_counts():
+    # "c" only inside "abc": the vocabulary cannot spell every byte, so a state
+    # may be token-dead and only the full build knows the rows
+    partial = make_vocab([b"a", b"b", b"abc", None], {3}, 4)
+    compiled = CompiledDFA.build(compile_regex(r"(a|b|c)+"), partial, lazy=True)
+    assert isinstance(compiled, CompiledDFA)
+    counted = compile_regex(r"[a-z]{0,300}")
+    assert counted.actions is not None
+    assert isinstance(CompiledDFA.build(counted, FULL, lazy=True), CompiledDFA)
+    lazy = CompiledDFA.build(DFAS["regex"], FULL, lazy=True)
+    assert isinstance(lazy, LazyCompiledDFA)
+    lazy.pending.wait()  # the background thread builds it (or this call does)
+    assert isinstance(lazy.new_matcher(), DFAMatcher) and not isinstance(lazy.new_matcher(), LazyDFAMatcher)
+
+
+def test_a_failed_full_build_keeps_serving_exact_rows_and_finishes_in_budget():
+    dfa = DFAS["schema"]
+    pending = _pending(dfa, max_work=1)  # the real work passes any limit this small
+    pending.run()
+    assert pending.error is not None and pending.index is None
+    eager_index = CompiledDFA.build(dfa, FULL)
+    for seed in range(10):
+        rng = random.Random(seed)
+        lazy, eager = LazyDFAMatcher(pending), eager_index.new_matcher()
+        _drive(lazy, eager, rng, 30, None, pending)  # no budget: the plain rows
+        budget = int(pending.byte_dist[dfa.start]) + rng.randint(0, 4)
+        lazy = LazyDFAMatcher(pending)
+        lazy.set_token_budget(budget)
+        text = b""
+        while not lazy.is_terminated():
+            allowed = sorted(_mask(lazy))
+            assert allowed, text
+            t = rng.choice(allowed)
+            assert lazy.accept_tokens([t])
+            text += FULL.token_bytes[t] or b""
+        assert lazy.num_accepted <= budget and dfa.matches(text)
+
+
+def test_the_cache_charges_the_built_index_once_ready():
+    cache = ByteCache("t", 1 << 30)
+    pending = _pending(DFAS["schema"])
+    compiled = LazyCompiledDFA(pending)
+    cache.get_or_build("k", lambda: compiled)
+    before = cache.nbytes
+    compiled.when_ready(lambda: cache.recharge("k", compiled))
+    pending.run()
+    assert cache.nbytes < before  # the upper bound replaced by the real size
+    assert cache.nbytes >= pending.index.nbytes
+
+
+@needs_bench("vocab", "llama3-bpe-128k", "tokenizer.json")
+def test_on_a_real_vocabulary_a_first_visit_is_short_and_the_masks_are_the_full_indexs():
+    """Llama-3's 128k tokens: after compile (prefetch), no state left for a first
+    visit walks more than ``LAZY_MAX_NODES`` trie nodes, and random replies see
+    the full index's masks with or without the loops (strings of two schemas)."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(bench_path("vocab", "llama3-bpe-128k")))
+    vocab = TokenVocabulary.from_tokenizer(tok)
+    trie = TokenTrie.build(vocab)
+    words = trie.words
+    for schema in (SCHEMA, {"type": "object", "properties": {
+            "id": {"type": "integer"}, "note": {"type": "string"}, "to": {"type": "object", "properties": {
+                "name": {"type": "string"}, "mail": {"type": "string", "format": "email"}}}},
+            "required": ["id", "note"]}):
+        dfa = compile_json_schema(json.dumps(schema))
+        pending = PendingMasks(dfa, vocab, trie, None)
+        assert lazy_eligible(dfa, trie, pending.is_stop, None) and pending.expensive.any()
+        pending.prefetch()
+        stack = np.empty(trie.max_depth + 1, dtype=np.int32)
+        for s in np.flatnonzero(~pending.expensive):
+            work = np.zeros(1, dtype=np.int64)
+            _walk_dfa(pending.transitions, int(s), trie.node_byte, trie.node_depth, trie.node_end, trie.tok_offsets,
+                      trie.tok_ids, pending.is_stop, pending.byte_dist, int(UNREACHABLE), np.zeros(words, np.uint32),
+                      False, _NO_SEEN, 0, _NO_SEEN, stack, work)
+            assert work[0] <= lazy_masks.LAZY_MAX_NODES
+        eager = CompiledDFA.build(dfa, vocab).index
+        for s in range(dfa.transitions.shape[0]):
+            assert (pending.row(s) == eager.row(s)).all(), s
+
+
+def test_past_the_backlog_a_compile_builds_its_own_index(monkeypatch):
+    # the background queue is bounded: a burst of new constraints falls back to
+    # the eager build instead of queueing work (and memory) without limit
+    monkeypatch.setattr(lazy_masks, "MAX_BACKLOG", 0)
+    compiled = CompiledDFA.build(DFAS["regex"], FULL, lazy=True)
+    assert isinstance(compiled, CompiledDFA)
