@@ -23,8 +23,8 @@ Exactly the same masks, which is why this is only used where it is provable
   :meth:`PendingMasks.row`), and every state's token distance is at most its
   byte distance plus the stop token: ``bound`` (the largest of those) bounds
   every distance;
-* the vocabulary-free work estimate is within ``max_mask_work`` (the
-  background build is bounded by the same limit).
+* the vocabulary-free work estimate is within a quarter of ``max_mask_work``
+  (:data:`LAZY_WORK_SHARE`; the background build is bounded by the limit).
 
 Budgets.  With ``remaining > bound`` tokens left, every allowed token can
 still finish, so the plain row *is* the budget mask (the eager index says the
@@ -61,8 +61,8 @@ from poot_vllm.core.token_trie import TokenTrie
 # ------------------------------------------------- loops walked once per process
 #
 # A state inside a JSON string (or any loop: ``[a-z]*``, a free-form value) has
-# a row that costs a walk of about the whole trie (1-3 ms at 128k tokens), and
-# a lazy first visit pays it in the scheduler.  But most of that walk never
+# a row that costs a walk of about the whole trie (1-3 ms at 128k tokens), paid
+# by every compile that has one (prefetch).  But most of that walk never
 # leaves the state's loop -- the states on short cycles through it -- and
 # what happens inside depends only on the loop's shape, not on where it sits
 # in the DFA.  So the loop, seen from the state, is written as a small
@@ -72,10 +72,11 @@ from poot_vllm.core.token_trie import TokenTrie
 # leaves it.  A state's row is then that row plus short walks of the real DFA
 # below those exit nodes (tokens like ``abc",`` that close the string).
 
-#: A state whose walk may visit more trie nodes than this (the subtrees of the
-#: bytes it reads) is *expensive*: its row is computed when the constraint is
-#: compiled, through its loop, never at a first visit in the scheduler; the
-#: others cost at most this many node visits (~50-100 us) when first visited.
+#: A state whose walk may visit more trie nodes than this (a bound over the
+#: trie's first two levels, :func:`_expensive_states`) is *expensive*: its row
+#: is computed when the constraint is compiled, through its loop, never at a
+#: first visit in the scheduler; the others cost at most this many node
+#: visits (~50-100 us) when first visited.
 LAZY_MAX_NODES = 16384
 #: A loop has at most this many states (a string body with UTF-8 and escapes has ~10).
 MAX_LOOP_STATES = 64
@@ -410,7 +411,15 @@ def lazy_eligible(dfa: Any, trie: TokenTrie, is_stop: np.ndarray, max_work: int 
     read = (trans >= 0).any(axis=0)
     if (read & ~_spelled_bytes(trie, is_stop)).any():
         return False
-    return max_work is None or estimate_mask_work(dfa, trie.size) <= max_work
+    return max_work is None or estimate_mask_work(dfa, trie.size) * LAZY_WORK_SHARE <= max_work
+
+
+#: Lazy only where the work estimate is at most this fraction of ``max_mask_work``
+#: (1 / 4): the estimate can be a few times off (a vocabulary of lower-case
+#: words walks ``[a-z ]`` states ~3x deeper), and near the limit the eager build
+#: must run first, so that a constraint whose real work passes the limit fails
+#: at compile time as before, not after its reply has started.
+LAZY_WORK_SHARE = 4
 
 
 def byte_distances(trans: np.ndarray, accepting: np.ndarray, stop_cost: int) -> np.ndarray:

@@ -26,7 +26,8 @@ from poot_vllm.core import constraints  # noqa: E402
 from poot_vllm.core.cache import compiled_cache  # noqa: E402
 from poot_vllm.core.errors import PootError  # noqa: E402
 from poot_vllm.core.matchers import pushdown  # noqa: E402
-from poot_vllm.core.matchers.compiled import CompiledDFA  # noqa: E402
+from poot_vllm.core.matchers.compiled import CompiledDFA, LazyCompiledDFA  # noqa: E402
+from poot_vllm.core.matchers.dfa import DFAMatcher  # noqa: E402
 from poot_vllm.core.tool_calls import tool_call_spec  # noqa: E402
 
 #: The model's vocabulary size: the tokenizer has 3004 ids, the embedding 3072.
@@ -277,3 +278,27 @@ def test_a_grammar_too_costly_to_mask_as_a_dfa_runs_on_pushdown(backend, tokeniz
     bitmask = backend.allocate_token_bitmask(1)
     masks = walk(grammar, bitmask, encode(tokenizer, f"{word}42!"))
     assert EOS in masks[-1] and EOS not in masks[0]
+
+
+def test_a_dfa_serves_its_first_masks_before_its_index_is_built(backend, tokenizer, monkeypatch):
+    """The backend compiles DFA constraints lazily (core.lazy_masks): the cached
+    artefact is a LazyCompiledDFA whose index the background thread builds, and
+    the cache charges its real size once built; a tight max_tokens gets the
+    built index at compile time; POOT_LAZY_MASKS=0 builds it before the first mask."""
+    word = "w" + uuid.uuid4().hex[:8]
+    spec = json.dumps({"type": "object", "properties": {word: {"type": "string"}}, "required": [word]})
+    grammar = backend.compile_grammar(Opt.JSON, spec, stop_token_ids={EOS})
+    key = next(k for k in list(backend._cache._items) if k[0] == "dfa" and word in k[1].spec)
+    compiled = backend._cache.get(key)
+    assert isinstance(compiled, LazyCompiledDFA)
+    bitmask = backend.allocate_token_bitmask(1)
+    assert allowed(grammar, bitmask)                                  # served, built or not
+    index = compiled.pending.wait()
+    assert index is not None and 0 <= backend._cache._items[key][1] - index.nbytes < 2048  # recharged
+    tight = backend.compile_grammar(Opt.JSON, spec, stop_token_ids={EOS}, max_new_tokens=5)
+    assert type(tight.matcher) is DFAMatcher or tight.matcher._pending is None
+    monkeypatch.setenv("POOT_LAZY_MASKS", "0")
+    other = spec.replace(word, word + "x")
+    backend.compile_grammar(Opt.JSON, other, stop_token_ids={EOS})
+    key = next(k for k in list(backend._cache._items) if k[0] == "dfa" and word + "x" in k[1].spec)
+    assert isinstance(backend._cache.get(key), CompiledDFA)

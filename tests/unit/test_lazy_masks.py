@@ -274,3 +274,20 @@ def test_past_the_backlog_a_compile_builds_its_own_index(monkeypatch):
     monkeypatch.setattr(lazy_masks, "MAX_BACKLOG", 0)
     compiled = CompiledDFA.build(DFAS["regex"], FULL, lazy=True)
     assert isinstance(compiled, CompiledDFA)
+
+
+def test_near_the_mask_work_limit_the_index_is_built_before_the_first_mask():
+    # the estimate can be a few times off: only well inside the limit are masks
+    # served before the build, so a constraint whose real work passes
+    # max_mask_work still fails at compile time (LimitExceeded), as without lazy masks
+    from poot_vllm.core.errors import LimitExceeded
+    from poot_vllm.core.masks import estimate_mask_work
+
+    dfa = DFAS["schema"]
+    estimate = estimate_mask_work(dfa, FULL.size)
+    trie = TokenTrie.build(FULL)
+    is_stop = _pending(dfa).is_stop
+    assert lazy_eligible(dfa, trie, is_stop, estimate * lazy_masks.LAZY_WORK_SHARE)
+    assert not lazy_eligible(dfa, trie, is_stop, estimate * lazy_masks.LAZY_WORK_SHARE - 1)
+    with pytest.raises(LimitExceeded):
+        CompiledDFA.build(dfa, FULL, max_work=estimate // 100, lazy=True)

@@ -141,6 +141,18 @@ def test_left_recursion_and_no_model_stay_on_xgrammar():
     assert comp.compiled is not None and not isinstance(comp.new_matcher(), RuleMatcher)
 
 
+def test_a_grammar_whose_every_state_accepts_is_modelled():
+    # found by the random-grammar property test in CI: with one acceptance class
+    # the state merging numbered it 1 of 1; such grammars merge to one state
+    for gbnf in ('root ::= "" | ("a")*', 'root ::= "a" root | ""'):
+        grammar = parse_gbnf(gbnf)
+        model = rule_automata(grammar)
+        assert model is not None
+        matcher = compile_grammar(gbnf, own=True).new_matcher()
+        assert isinstance(matcher, RuleMatcher)
+        assert matcher.accept_tokens([VOCAB.token_bytes.index(b"a")] * 3 + [STOP]) and matcher.is_terminated()
+
+
 # ---------------------------------------------------- real vocabularies
 
 @pytest.fixture(scope="module", params=("llama2-spm-32k", "llama3-bpe-128k"))

@@ -305,7 +305,8 @@ def _minimized(byte_next: np.ndarray, call_rows: list, accepting: list, offsets:
     # bytes every state treats alike need one column (JSON grammars: a few dozen of 256)
     columns = np.unique(byte_next.T, axis=0).T
     targets = np.hstack([call_ret, columns])
-    cls = np.asarray(accepting, dtype=np.int64)
+    # classes numbered 0..count-1 from the start (all accepting: one class, 0)
+    cls = np.unique(np.asarray(accepting, dtype=np.int64), return_inverse=True)[1].astype(np.int64).ravel()
     count = len(set(accepting))
     while True:
         sig = np.column_stack([cls, np.where(targets >= 0, cls[np.maximum(targets, 0)], -1)]).astype(np.int32)
