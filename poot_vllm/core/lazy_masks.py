@@ -54,7 +54,7 @@ import numpy as np
 
 from poot_vllm.core.jit import jit_kernel as _jit
 from poot_vllm.core.masks import (_NO_SEEN, UNREACHABLE, DFAMaskIndex, _set_bits, _token_distances, _walk_dfa,
-                                  estimate_mask_work)
+                                  estimate_mask_work, kernel_stops, kernel_tables)
 from poot_vllm.core.token_trie import TokenTrie
 
 
@@ -441,18 +441,9 @@ class PendingMasks:
 
     def __init__(self, dfa: Any, vocab: Any, trie: TokenTrie, max_work: int | None) -> None:
         self.dfa, self.vocab, self.trie, self.max_work = dfa, vocab, trie, max_work
-        trans = np.ascontiguousarray(dfa.transitions, dtype=np.int32).view()
-        trans.flags.writeable = False
-        accepting = np.ascontiguousarray(dfa.accepting, dtype=np.bool_).view()
-        accepting.flags.writeable = False
-        self.transitions, self.accepting = trans, accepting
+        trans, accepting = self.transitions, self.accepting = kernel_tables(dfa)
         self.start = int(dfa.start)
-        stop_ids = np.array(sorted(t for t in vocab.stop_ids if 0 <= t < trie.size), dtype=np.int32)
-        is_stop = np.zeros(trie.size, dtype=np.bool_)
-        is_stop[stop_ids] = True
-        stop_ids.flags.writeable = False
-        is_stop.flags.writeable = False
-        self.stop_ids, self.is_stop = stop_ids, is_stop
+        stop_ids, is_stop = self.stop_ids, self.is_stop = kernel_stops(vocab, trie)
         stop_cost = 1 if stop_ids.size else 0
         dist = byte_distances(trans, accepting, stop_cost)
         dist.flags.writeable = False

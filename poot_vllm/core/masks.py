@@ -359,6 +359,30 @@ def _set_bits(words: np.ndarray, ids: np.ndarray) -> None:
     np.bitwise_or.at(words, ids >> 5, np.left_shift(np.uint32(1), (ids & 31).astype(np.uint32)))
 
 
+def kernel_tables(dfa: Any) -> tuple[np.ndarray, np.ndarray]:
+    """The DFA's transitions (int32) and acceptance as C-contiguous read-only views
+    (whatever the DFA's own flags), so every kernel call has one array type: one
+    numba specialisation, compiled by warm_up."""
+    trans = np.ascontiguousarray(dfa.transitions, dtype=np.int32).view()
+    trans.flags.writeable = False
+    accepting = np.ascontiguousarray(dfa.accepting, dtype=np.bool_).view()
+    accepting.flags.writeable = False
+    if trans.ndim != 2 or trans.shape[1] != 256 or accepting.shape != (trans.shape[0],):
+        raise ValueError(f"bad DFA shapes: transitions {trans.shape}, accepting {accepting.shape}")
+    return trans, accepting
+
+
+def kernel_stops(vocab: Any, trie: TokenTrie) -> tuple[np.ndarray, np.ndarray]:
+    """The vocabulary's stop ids (sorted int32) and a per-token stop flag, read-only
+    (one numba specialisation, shared with restricted_mask)."""
+    stop_ids = np.array(sorted(t for t in vocab.stop_ids if 0 <= t < trie.size), dtype=np.int32)
+    is_stop = np.zeros(trie.size, dtype=np.bool_)
+    is_stop[stop_ids] = True
+    stop_ids.flags.writeable = False
+    is_stop.flags.writeable = False
+    return stop_ids, is_stop
+
+
 #: The build's Python loops (dedupe lookups, a few us per state) give up the
 #: GIL every this many + 1 states: a build on a background thread
 #: (``lazy_masks``) or on vLLM's compile pool then delays the scheduler's own
@@ -993,21 +1017,8 @@ class DFAMaskIndex:
             trie = TokenTrie.build(vocab)
         elif trie.size != vocab.size:
             raise ValueError(f"trie is for vocab size {trie.size}, vocabulary has {vocab.size}")
-        # A read-only view (whatever the DFA's own flags) so every kernel call
-        # has one array type: one numba specialisation, compiled by warm_up.
-        trans = np.ascontiguousarray(dfa.transitions, dtype=np.int32).view()
-        trans.flags.writeable = False
-        accepting = np.ascontiguousarray(dfa.accepting, dtype=np.bool_).view()
-        accepting.flags.writeable = False
-        if trans.ndim != 2 or trans.shape[1] != 256 or accepting.shape != (trans.shape[0],):
-            raise ValueError(f"bad DFA shapes: transitions {trans.shape}, accepting {accepting.shape}")
-        stop_ids = np.array(sorted(t for t in vocab.stop_ids if 0 <= t < trie.size), dtype=np.int32)
-        is_stop = np.zeros(trie.size, dtype=np.bool_)
-        is_stop[stop_ids] = True
-        # Frozen before the walks so every kernel call sees read-only arrays
-        # (one numba specialisation, shared with restricted_mask).
-        stop_ids.flags.writeable = False
-        is_stop.flags.writeable = False
+        trans, accepting = kernel_tables(dfa)
+        stop_ids, is_stop = kernel_stops(vocab, trie)
         stop_cost = 1 if stop_ids.size else 0
 
         work = np.zeros(1, dtype=np.int64)

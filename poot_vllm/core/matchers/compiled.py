@@ -12,7 +12,7 @@ from typing import Callable, Union
 
 from poot_vllm.core import lazy_masks
 from poot_vllm.core.lazy_masks import PendingMasks
-from poot_vllm.core.masks import DFAMaskIndex
+from poot_vllm.core.masks import DFAMaskIndex, kernel_stops
 from poot_vllm.core.matchers.dfa import CountedDFAMatcher, DFAMatcher, LazyDFAMatcher
 from poot_vllm.core.token_trie import TokenTrie
 
@@ -31,12 +31,12 @@ class CompiledDFA:
         background thread (the same masks, the first one in one trie walk).
         """
         trie = TokenTrie.build(vocab)
-        if lazy and lazy_masks.has_room():
+        if lazy and lazy_masks.has_room() and lazy_masks.lazy_eligible(dfa, trie, kernel_stops(vocab, trie)[1],
+                                                                       max_work):
             pending = PendingMasks(dfa, vocab, trie, max_work)
-            if lazy_masks.lazy_eligible(dfa, trie, pending.is_stop, max_work):
-                pending.prefetch()  # the long walks now, not at a first visit in the scheduler
-                lazy_masks.submit(pending)
-                return LazyCompiledDFA(pending)
+            pending.prefetch()  # the long walks now, not at a first visit in the scheduler
+            lazy_masks.submit(pending)
+            return LazyCompiledDFA(pending)
         return cls(DFAMaskIndex.build(dfa, vocab, trie, max_work=max_work))
 
     @property
