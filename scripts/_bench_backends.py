@@ -72,9 +72,9 @@ def clear_caches(engine: str, backend: Any) -> None:
 
         constraints._automata.clear()
         # Compiled constraints go; the per-vocabulary trie and compiler stay, like xgrammar's,
-        # and so do the loop walks (core.lazy_masks: a JSON string body's tokens, shared by
+        # and so do the loop walks (core.lazy_masks: a JSON string body's tokens and their counter lists, shared by
         # every constraint in a running server).
-        compiled_cache().clear(keep=lambda key: key[0] in ("trie", "xgrammar-compiler", "loop-walk"))
+        compiled_cache().clear(keep=lambda key: key[0] in ("trie", "xgrammar-compiler", "loop-walk", "loop-guard"))
     elif engine == "xgrammar":
         backend.compiler.clear_cache()
     elif engine == "outlines":

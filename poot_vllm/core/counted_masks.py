@@ -45,27 +45,45 @@ ROW_MEMO_BYTES = 4 * 1024 * 1024
 FLOOR_MIN_TOKENS = 4096
 #: How far back (in counter values) a new row looks for a memoised one to start from.
 MEMO_LOOKBACK = 32
+#: ``_guard_walk``'s row when only the list is wanted (writable, like the rows
+#: it fills otherwise: one kernel specialisation; empty, so never written).
+_NO_ROW = np.zeros(0, dtype=np.uint32)
 
 
 @_jit
-def _guard_walk(trans, acts, limit, s, node_byte, node_depth, node_end, tok_offsets, tok_ids, is_stop,
-                out_tok, out_k, st, mode, kk, vv, work):
+def _guard_walk(trans, acts, limit, s, m0, k0, v0, first, end, node_byte, node_depth, node_end, tok_offsets,
+                tok_ids, is_stop, out_tok, out_k, n0, st, mode, kk, vv, work, row):
     """Tokens (non-stop, alive in the plain table) whose validity from state
     ``s`` depends on the counter: ``(out_tok[i], out_k[i])`` with ``k`` the
-    increments made on ``s``'s counter, or ``NEVER``.  Returns their count.
+    increments made on ``s``'s counter, or ``NEVER``, written from ``n0`` on.
+    Returns the new count.
 
     Per trie depth: the state, the mode (0: ``s``'s own counter, unknown;
     1: a counter set inside the token, value ``vv``; 2: failed), ``kk``.
+    The walk covers the trie nodes ``first:end`` (a subtree, or ``1:n_nodes``
+    for all), entered from ``s`` with mode ``m0``, ``k0`` increments so far
+    and counter ``v0`` (the full build starts at the root; the lazy masks
+    also start below a loop's exits, see ``lazy_masks``).  A non-empty ``row``
+    (uint32 words) also gets every live non-stop token, the plain row of the
+    same walk (the lazy masks: one walk per state, not two).
     """
-    n = 0
-    n_nodes = node_byte.shape[0]
-    st[0] = s
-    mode[0] = 0 if limit[s] > 0 else 1
-    kk[0] = 0
-    vv[0] = 0
-    i = 1
+    n = n0
+    write_row = row.shape[0] > 0
+    if write_row and first == 1:  # tokens with empty bytes live on the root
+        for q in range(tok_offsets[0], tok_offsets[1]):
+            t = tok_ids[q]
+            if not is_stop[t]:
+                row[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
+    if first >= end:
+        return n
+    d0 = node_depth[first]
+    st[d0 - 1] = s
+    mode[d0 - 1] = m0
+    kk[d0 - 1] = k0
+    vv[d0 - 1] = v0
+    i = first
     visited = 0
-    while i < n_nodes:
+    while i < end:
         visited += 1
         d = node_depth[i]
         p = st[d - 1]
@@ -95,6 +113,11 @@ def _guard_walk(trans, acts, limit, s, node_byte, node_depth, node_end, tok_offs
         vv[d] = v
         a0 = tok_offsets[i]
         b0 = tok_offsets[i + 1]
+        if write_row:
+            for q in range(a0, b0):
+                t = tok_ids[q]
+                if not is_stop[t]:
+                    row[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
         if a0 < b0 and (m == 2 or k > 0):
             kval = NEVER if m == 2 else k
             for q in range(a0, b0):
@@ -126,6 +149,73 @@ def _set_tokens(src, tok, a, b, out):
         out[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
 
 
+class CounterRows:
+    """The rows of (state, counter) pairs above a state's ``free_upto``: the
+    plain row minus a prefix of the state's list (``tok``, ``neg_k`` =
+    ``-k`` ascending, ``tok[lo:hi]``), memoised up to ``ROW_MEMO_BYTES``.
+    Shared by the full index (:class:`CounterMasks`) and the lazy masks
+    (``lazy_masks.PendingMasks``), which pass each state's list in."""
+
+    def __init__(self) -> None:
+        #: Per state with a long list: its row without any listed token (built once).
+        self.floors: dict[int, np.ndarray] = {}
+        self._memo: "OrderedDict[tuple[int, int], np.ndarray]" = OrderedDict()
+        self._lock = threading.Lock()
+
+    def _floor(self, base: np.ndarray, state: int, tok: np.ndarray, lo: int, hi: int) -> np.ndarray:
+        """The state's row without any of its listed tokens (made at build time for
+        long lists, see :func:`build_counter_masks`; memoised for the others)."""
+        floor = self.floors.get(state)
+        if floor is not None:
+            return floor
+        with self._lock:
+            floor = self._memo.get((state, -1))
+        if floor is None:
+            floor = np.empty_like(base)
+            _clear_tokens(base, tok, lo, hi, floor)
+            floor.flags.writeable = False
+            with self._lock:
+                self._memo[(state, -1)] = floor
+        return floor
+
+    def above(self, base: np.ndarray, state: int, counter: int, limit: int, tok: np.ndarray,
+              neg_k: np.ndarray, lo: int, hi: int) -> np.ndarray:
+        """The uint32 row of (state, counter), ``counter`` above the state's ``free_upto``."""
+        key = (state, counter)
+        with self._lock:
+            hit = self._memo.get(key)
+            if hit is not None:
+                self._memo.move_to_end(key)
+                return hit
+        room = limit - int(counter)
+        cut = lo + _fitting(neg_k, lo, hi, room)
+        src, start = base, lo
+        with self._lock:  # a row a few items earlier: clear only what stopped fitting since
+            for back in range(1, MEMO_LOOKBACK + 1):
+                prev = self._memo.get((state, counter - back))
+                if prev is not None:
+                    src, start = prev, lo + _fitting(neg_k, lo, hi, room + back)
+                    break
+        out = np.empty_like(base)
+        if hi - cut < cut - start:
+            # Fewer tokens still fit than stop fitting: the row without any listed
+            # token (memoised under counter -1), plus those that fit.
+            _set_tokens(self._floor(base, state, tok, lo, hi), tok, cut, hi, out)
+        else:
+            _clear_tokens(src, tok, start, cut, out)
+        out.flags.writeable = False
+        with self._lock:
+            self._memo[key] = out
+            while len(self._memo) * out.nbytes > ROW_MEMO_BYTES and len(self._memo) > 1:
+                self._memo.popitem(last=False)
+        return out
+
+
+def _fitting(neg_k: np.ndarray, lo: int, hi: int, room: int) -> int:
+    """How many of ``tok[lo:hi]`` add more than ``room`` items (a prefix: ``k`` descending)."""
+    return int(np.searchsorted(neg_k[lo:hi], np.int32(-room), side="left"))  # int32: no cast of the list
+
+
 @dataclass(eq=False)
 class CounterMasks:
     """What a counted DFA's masks need beyond the plain rows (see the module docstring)."""
@@ -137,12 +227,13 @@ class CounterMasks:
     k: np.ndarray          # int32
     neg_k: np.ndarray      # int32: -k, ascending per list (for searchsorted)
     work: int              # trie nodes the walks visited
-    #: Per state with a long list: its row without any listed token (built once).
-    floors: dict = field(default_factory=dict)
     #: Bytes of one mask row (what a memoised row costs).
     row_bytes: int = 0
-    _memo: "OrderedDict[tuple[int, int], np.ndarray]" = field(default_factory=OrderedDict)
-    _memo_lock: threading.Lock = field(default_factory=threading.Lock)
+    rows_above: CounterRows = field(default_factory=CounterRows)
+
+    @property
+    def floors(self) -> dict[int, np.ndarray]:
+        return self.rows_above.floors
 
     @property
     def nbytes(self) -> int:
@@ -159,60 +250,56 @@ class CounterMasks:
         pairs = int((self.limit[listed].astype(np.int64) - self.free_upto[listed] + 1).clip(0).sum())
         return min(ROW_MEMO_BYTES, pairs * int(self.row_bytes))
 
-    def _floor(self, base: np.ndarray, state: int, lo: int, hi: int) -> np.ndarray:
-        """The state's row without any of its listed tokens (made at build time for
-        long lists, see :func:`build_counter_masks`; memoised for the others)."""
-        floor = self.floors.get(state)
-        if floor is not None:
-            return floor
-        with self._memo_lock:
-            floor = self._memo.get((state, -1))
-        if floor is None:
-            floor = np.empty_like(base)
-            _clear_tokens(base, self.tok, lo, hi, floor)
-            floor.flags.writeable = False
-            with self._memo_lock:
-                self._memo[(state, -1)] = floor
-        return floor
-
-    def _fitting(self, lo: int, hi: int, room: int) -> int:
-        """How many of ``tok[lo:hi]`` add more than ``room`` items (a prefix: ``k`` descending)."""
-        return int(np.searchsorted(self.neg_k[lo:hi], np.int32(-room), side="left"))  # int32: no cast of the list
-
     def row(self, rows_u32: np.ndarray, row_of_state: np.ndarray, state: int, counter: int) -> np.ndarray:
         """The uint32 mask row of (state, counter) (read-only; memoised above ``free_upto``)."""
         base = rows_u32[row_of_state[state]]
         if counter <= self.free_upto[state]:
             return base
-        key = (state, counter)
-        with self._memo_lock:
-            hit = self._memo.get(key)
-            if hit is not None:
-                self._memo.move_to_end(key)
-                return hit
-        lo, hi = int(self.spans[state, 0]), int(self.spans[state, 1])
-        room = int(self.limit[state]) - int(counter)
-        cut = lo + self._fitting(lo, hi, room)
-        src, start = base, lo
-        with self._memo_lock:  # a row a few items earlier: clear only what stopped fitting since
-            for back in range(1, MEMO_LOOKBACK + 1):
-                prev = self._memo.get((state, counter - back))
-                if prev is not None:
-                    src, start = prev, lo + self._fitting(lo, hi, room + back)
-                    break
-        out = np.empty_like(base)
-        if hi - cut < cut - start:
-            # Fewer tokens still fit than stop fitting: the row without any listed
-            # token (memoised under counter -1), plus those that fit.
-            _set_tokens(self._floor(base, state, lo, hi), self.tok, cut, hi, out)
-        else:
-            _clear_tokens(src, self.tok, start, cut, out)
-        out.flags.writeable = False
-        with self._memo_lock:
-            self._memo[key] = out
-            while len(self._memo) * out.nbytes > ROW_MEMO_BYTES and len(self._memo) > 1:
-                self._memo.popitem(last=False)
-        return out
+        return self.rows_above.above(base, state, counter, int(self.limit[state]), self.tok, self.neg_k,
+                                     int(self.spans[state, 0]), int(self.spans[state, 1]))
+
+
+@dataclass(frozen=True)
+class StateGuards:
+    """One state's counter-dependent tokens, as the masks keep them."""
+
+    never: np.ndarray   # int32: tokens no counter value allows (removed from the row)
+    tok: np.ndarray     # int32: the others, by ``k`` descending
+    k: np.ndarray       # int32
+    neg_k: np.ndarray   # int32: -k, ascending (for searchsorted)
+    free_upto: int      # counters up to this use the plain row (``NO_LIMIT``: no list)
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.never.nbytes + self.tok.nbytes + self.k.nbytes + self.neg_k.nbytes)
+
+
+def state_guards(toks: np.ndarray, ks: np.ndarray, hi: int) -> StateGuards:
+    """A state's guard walk (tokens, increments or ``NEVER``) as the masks keep it:
+    in a region (``hi`` its bound; counter >= 1) ``k >= hi`` never fits, outside
+    one (``hi`` 0) only ``NEVER`` is listed."""
+    never = ks >= max(hi, 1)
+    bad = toks[never]
+    toks, ks = toks[~never], ks[~never]
+    free_upto = int(NO_LIMIT)
+    if toks.size:
+        # k is at most a token's length: as int16 the stable sort is a radix sort
+        # (a string-body state lists most of a 128k vocabulary: ~0.3 ms, not ~2).
+        neg = -ks
+        order = np.argsort(neg.astype(np.int16) if ks.max() < 2**15 else neg, kind="stable")
+        toks, ks = toks[order], ks[order]
+        free_upto = hi - int(ks[0])
+    out = (bad, toks, ks, -ks)
+    for a in out:
+        a.flags.writeable = False  # read-only like the full index's lists: the same kernel specialisations
+    return StateGuards(*out, free_upto)
+
+
+def clear_bits(row: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+    """``row`` (uint32 words) without ``tokens`` (a copy)."""
+    row = row.copy()
+    np.bitwise_and.at(row, tokens >> 5, ~np.left_shift(np.uint32(1), (tokens & 31).astype(np.uint32)))
+    return row
 
 
 def reach_within(trans: np.ndarray, left: np.ndarray) -> np.ndarray:
@@ -258,6 +345,17 @@ def _states_to_walk(trans: np.ndarray, acts: np.ndarray, limit: np.ndarray, max_
     return np.nonzero(need)[0].astype(np.int64)
 
 
+def counter_tables(dfa) -> tuple[np.ndarray, np.ndarray]:
+    """A counted DFA's actions (int8) and counter bounds (int32) as read-only
+    C-contiguous views: every guard walk gets one argument type (one numba
+    specialisation, compiled by the warm-ups)."""
+    acts = np.ascontiguousarray(dfa.actions, dtype=np.int8).view()
+    acts.flags.writeable = False
+    limit = np.ascontiguousarray(dfa.counter_limit, dtype=np.int32).view()
+    limit.flags.writeable = False
+    return acts, limit
+
+
 def build_counter_masks(dfa, trans: np.ndarray, trie, is_stop: np.ndarray, rows: np.ndarray,
                         row_of_state: np.ndarray, work: np.ndarray,
                         max_work: int | None) -> tuple[CounterMasks, np.ndarray, np.ndarray]:
@@ -265,10 +363,7 @@ def build_counter_masks(dfa, trans: np.ndarray, trie, is_stop: np.ndarray, rows:
     (and row map) with the never-allowed tokens removed."""
     from poot_vllm.core.errors import LimitExceeded
 
-    acts = np.ascontiguousarray(dfa.actions, dtype=np.int8).view()
-    acts.flags.writeable = False
-    limit = np.ascontiguousarray(dfa.counter_limit, dtype=np.int32).view()
-    limit.flags.writeable = False
+    acts, limit = counter_tables(dfa)
     n = trans.shape[0]
     depth = trie.max_depth + 1
     st = np.empty(depth, dtype=np.int32)
@@ -289,21 +384,18 @@ def build_counter_masks(dfa, trans: np.ndarray, trie, is_stop: np.ndarray, rows:
     free_upto = np.full(n, NO_LIMIT, dtype=np.int32)
     stored = 0
     for s in _states_to_walk(trans, acts, limit, trie.max_depth).tolist():
-        m = _guard_walk(trans, acts, limit, s, trie.node_byte, trie.node_depth, trie.node_end,
-                        trie.tok_offsets, trie.tok_ids, is_stop, out_tok, out_k, st, mode, kk, vv, work)
+        m = _guard_walk(trans, acts, limit, s, 0 if limit[s] > 0 else 1, 0, 0, 1, trie.n_nodes,
+                        trie.node_byte, trie.node_depth, trie.node_end, trie.tok_offsets, trie.tok_ids, is_stop,
+                        out_tok, out_k, 0, st, mode, kk, vv, work, _NO_ROW)
         if max_work is not None and work[0] > max_work:
             raise LimitExceeded(
                 "computing the token masks of this constraint", "max_mask_work", max_work, "trie-node visits",
                 "passed while computing the counted regions' masks")
         if m == 0:
             continue
-        toks, ks = out_tok[:m], out_k[:m]
-        hi = int(limit[s])
-        never = ks >= max(hi, 1)  # c >= 1 in a region: k >= hi never fits; outside only NEVER is listed
-        if never.any():
-            row = unique_rows[row_of[s]].copy()
-            bad = toks[never]
-            np.bitwise_and.at(row, bad >> 5, ~np.left_shift(np.uint32(1), (bad & 31).astype(np.uint32)))
+        g = state_guards(out_tok[:m], out_k[:m], int(limit[s]))
+        if g.never.size:
+            row = clear_bits(unique_rows[row_of[s]], g.never)
             key = row.tobytes()
             u = row_index.get(key)
             if u is None:
@@ -311,20 +403,17 @@ def build_counter_masks(dfa, trans: np.ndarray, trie, is_stop: np.ndarray, rows:
                 unique_rows.append(row)
                 row_index[key] = u
             row_of[s] = u
-            toks, ks = toks[~never], ks[~never]
-        if toks.size == 0:
+        if g.tok.size == 0:
             continue
-        order = np.argsort(-ks, kind="stable")
-        toks, ks = toks[order], ks[order]
-        free_upto[s] = hi - int(ks[0])
-        key = toks.tobytes() + ks.tobytes()
+        free_upto[s] = g.free_upto
+        key = g.tok.tobytes() + g.k.tobytes()
         span = lists.get(key)
         if span is None:
-            span = (stored, stored + toks.size)
+            span = (stored, stored + g.tok.size)
             lists[key] = span
-            tok_parts.append(toks.copy())
-            k_parts.append(ks.copy())
-            stored += toks.size
+            tok_parts.append(g.tok.copy())
+            k_parts.append(g.k.copy())
+            stored += g.tok.size
         spans[s] = span
     tok = np.concatenate(tok_parts).astype(np.int32) if tok_parts else np.zeros(0, np.int32)
     ks_all = np.concatenate(k_parts).astype(np.int32) if k_parts else np.zeros(0, np.int32)

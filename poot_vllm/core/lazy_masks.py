@@ -16,7 +16,6 @@ to it at its next step.
 Exactly the same masks, which is why this is only used where it is provable
 (:func:`lazy_eligible`):
 
-* a plain DFA (no counter: ``counted_masks`` rows depend on the counter);
 * every byte the DFA can read is a one-byte text token of the vocabulary
   (byte-level BPE, SentencePiece with byte fallback).  Then no state is
   token-dead, so a state's row is the build's first-pass row (one walk,
@@ -38,6 +37,21 @@ state and tight budgets use byte distances (:meth:`PendingMasks.fill_restricted`
 sound -- every reply still finishes when the budget covers the byte distance --
 but not the exact token distances).
 
+Counters.  A counted DFA (bounded strings and arrays, ``automata.counters``)
+has a row per (state, counter): the full build's row of the state (tokens
+allowed at some counter value) minus the tokens its counter list
+(``counted_masks``: per token, the items it adds, or never) says no longer
+fit.  Here both come from the state's first visit: one trie walk gives the
+row and the list together (``counted_masks._guard_walk`` with a row), or,
+for a state inside a loop (a bounded string's body), the loop's cached walk
+and its cached guard walk (per loop shape, actions and, where a counter is
+set inside the loop, bounds) plus the walks below its exits; equal rows and
+lists follow from the same walks over the same tokens.  Distances are over
+the moves every counter value allows (``counters.without_increments``), as
+in the full build, so ``bound`` holds for every counter.  The lists kept
+before the full index are bounded (:data:`GUARD_BYTES`): past it, at
+compile time the index is built first, later the matcher waits for it.
+
 ``POOT_LAZY_MASKS=off`` builds every index before the first mask, as before.
 """
 
@@ -52,6 +66,9 @@ from typing import Any, Callable
 
 import numpy as np
 
+from poot_vllm.core.automata.counters import ACT_INC, ACT_SET1, without_increments
+from poot_vllm.core.counted_masks import (_NO_ROW, NEVER, ROW_MEMO_BYTES, CounterRows, StateGuards, _guard_walk,
+                                          _states_to_walk, clear_bits, counter_tables, state_guards)
 from poot_vllm.core.jit import jit_kernel as _jit
 from poot_vllm.core.masks import (_NO_SEEN, UNREACHABLE, DFAMaskIndex, _set_bits, _token_distances, _walk_dfa,
                                   estimate_mask_work, kernel_stops, kernel_tables)
@@ -254,6 +271,107 @@ def _exit_walks(trans, members, exit_node, exit_local, n_exit, node_byte, node_d
             i += 1
 
 
+@_jit
+def _loop_guard_walk(table, tacts, tlimit, m0, node_byte, node_depth, node_end, tok_offsets, tok_ids,
+                     out_tok, out_k, exit_node, exit_local, exit_m, exit_k, exit_v, st, mode, kk, vv):
+    """``counted_masks._guard_walk`` over a loop table (``tacts``/``tlimit``:
+    the members' actions and counter bounds): the tokens that stay inside and
+    depend on the counter, with their ``k`` (stop ids included: the caller
+    drops them), and the exits with the walk's mode, ``k`` and counter there.
+    Returns (tokens, exits)."""
+    n = 0
+    n_exit = 0
+    st[0] = 0
+    mode[0] = m0
+    kk[0] = 0
+    vv[0] = 0
+    n_nodes = node_byte.shape[0]
+    i = 1
+    while i < n_nodes:
+        d = node_depth[i]
+        p = st[d - 1]
+        b = node_byte[i]
+        t = table[p, b]
+        if t < 0:
+            if t == -2:
+                exit_node[n_exit] = i
+                exit_local[n_exit] = p
+                exit_m[n_exit] = mode[d - 1]
+                exit_k[n_exit] = kk[d - 1]
+                exit_v[n_exit] = vv[d - 1]
+                n_exit += 1
+            i = node_end[i]
+            continue
+        m = mode[d - 1]
+        k = kk[d - 1]
+        v = vv[d - 1]
+        if m != 2:
+            a = tacts[p, b]
+            if a == ACT_INC:
+                if m == 0:
+                    k += 1
+                elif v >= tlimit[p]:
+                    m = 2
+                else:
+                    v += 1
+            elif a == ACT_SET1:
+                m = 1
+                v = 1
+        st[d] = t
+        mode[d] = m
+        kk[d] = k
+        vv[d] = v
+        a0 = tok_offsets[i]
+        b0 = tok_offsets[i + 1]
+        if a0 < b0 and (m == 2 or k > 0):
+            kval = NEVER if m == 2 else k
+            for q in range(a0, b0):
+                out_tok[n] = tok_ids[q]
+                out_k[n] = kval
+                n += 1
+        i += 1
+    return n, n_exit
+
+
+@_jit
+def _exit_guard_walks(trans, acts, limit, members, exit_node, exit_local, exit_m, exit_k, exit_v, node_byte,
+                      node_depth, node_end, tok_offsets, tok_ids, is_stop, out_tok, out_k, n0, st, mode, kk, vv,
+                      work, no_row):
+    """Below each exit node, the real DFA's guard walk from the exit's member
+    state with the loop walk's mode, ``k`` and counter there."""
+    n = n0
+    for x in range(exit_node.shape[0]):
+        first = exit_node[x]
+        n = _guard_walk(trans, acts, limit, members[exit_local[x]], exit_m[x], exit_k[x], exit_v[x], first,
+                        node_end[first], node_byte, node_depth, node_end, tok_offsets, tok_ids, is_stop,
+                        out_tok, out_k, n, st, mode, kk, vv, work, no_row)
+    return n
+
+
+def _loop_guards(trie: TokenTrie, token_key: str, table: np.ndarray, tacts: np.ndarray, tlimit: np.ndarray,
+                 m0: int) -> tuple[np.ndarray, ...]:
+    """The guard walk over a counted loop table (cached per process, vocabulary,
+    table, actions, bounds and starting mode): (tokens, k, exit nodes, exit
+    locals, exit modes, exit k, exit counters)."""
+    from poot_vllm.core.cache import compiled_cache
+
+    digest = hashlib.sha1(table.tobytes() + tacts.tobytes() + tlimit.tobytes() + bytes([m0])).hexdigest()
+
+    def build() -> tuple[np.ndarray, ...]:
+        out_tok = np.empty(max(trie.size, 1), dtype=np.int32)
+        out_k = np.empty(max(trie.size, 1), dtype=np.int32)
+        exits = [np.empty(trie.n_nodes, dtype=np.int32) for _ in range(5)]
+        stacks = [np.empty(trie.max_depth + 1, dtype=np.int32) for _ in range(4)]
+        n, n_exit = _loop_guard_walk(table, tacts, tlimit, np.int32(m0), trie.node_byte, trie.node_depth,
+                                     trie.node_end, trie.tok_offsets, trie.tok_ids, out_tok, out_k, *exits, *stacks)
+        out = (out_tok[:n].copy(), out_k[:n].copy(), *(e[:n_exit].copy() for e in exits))
+        for a in out:
+            a.flags.writeable = False
+        return out
+
+    return compiled_cache().get_or_build(("loop-guard", token_key, table.shape[0], digest), build)
+
+
 def _loop_inside(trie: TokenTrie, token_key: str, table: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The walk over a loop table (cached per process, vocabulary and table)."""
     from poot_vllm.core.cache import compiled_cache
@@ -290,6 +408,7 @@ def warm_up() -> None:
     index = DFAMaskIndex.build(_ToyDFA(trans, np.array([False, False, True]), 0),
                                _ToyVocab((b"a", b"aa", None), frozenset({2}), 3), trie)
     _warm_up_kernels(index.transitions, index.accepting, trie, index.is_stop)
+    _warm_up_counted(trie, index.is_stop)
 
 
 def _warm_up_kernels(trans: np.ndarray, accepting: np.ndarray, trie: TokenTrie, is_stop: np.ndarray) -> None:
@@ -314,6 +433,41 @@ def _warm_up_kernels(trans: np.ndarray, accepting: np.ndarray, trie: TokenTrie, 
     exit_local.flags.writeable = False
     _exit_walks(trans, members, exit_node, exit_local, n_exit, trie.node_byte, trie.node_depth, trie.node_end,
                 trie.tok_offsets, trie.tok_ids, is_stop, row, np.empty(trie.max_depth + 1, dtype=np.int32))
+
+
+def _warm_up_counted(trie: TokenTrie, is_stop: np.ndarray) -> None:
+    """The counted rows' kernels (``_state_guards``), with the argument types of real calls."""
+    from poot_vllm.core.automata.compilers import regex_to_dfa
+
+    dfa = regex_to_dfa("a{0,16}")
+    trans, _ = kernel_tables(dfa)
+    acts, limit = counter_tables(dfa)
+    s = int(np.argmax(limit))
+    n = trans.shape[0]
+    offsets, sources = _reverse_edges(trans)
+    scratch = np.full((5, n), -1, dtype=np.int32)
+    members = np.empty(MAX_LOOP_STATES, dtype=np.int32)
+    table = np.empty((MAX_LOOP_STATES, 256), dtype=np.int16)
+    k = max(_loop_table(trans, offsets, sources, s, LOOP_CYCLE_BYTES, False, MAX_LOOP_STATES, scratch[0],
+                        scratch[1], scratch[2], scratch[3], scratch[4], members, table), 1)
+    members, table = members[:k].copy(), np.ascontiguousarray(table[:k])
+    tacts = np.where(table >= 0, acts[members], 0).astype(np.int8)
+    tlimit = np.ascontiguousarray(limit[members])
+    out_tok = np.empty(max(trie.size, 1), dtype=np.int32)
+    out_k = np.empty(max(trie.size, 1), dtype=np.int32)
+    exits = [np.empty(trie.n_nodes, dtype=np.int32) for _ in range(5)]
+    stacks = [np.empty(trie.max_depth + 1, dtype=np.int32) for _ in range(4)]
+    _, n_exit = _loop_guard_walk(table, tacts, tlimit, np.int32(0), trie.node_byte, trie.node_depth,
+                                 trie.node_end, trie.tok_offsets, trie.tok_ids, out_tok, out_k, *exits, *stacks)
+    exits = [e[:n_exit].copy() for e in exits]
+    for e in exits:
+        e.flags.writeable = False  # as cached by _loop_guards
+    work = np.zeros(1, dtype=np.int64)
+    _exit_guard_walks(trans, acts, limit, members, *exits, trie.node_byte, trie.node_depth, trie.node_end,
+                      trie.tok_offsets, trie.tok_ids, is_stop, out_tok, out_k, 0, *stacks, work, _NO_ROW)
+    _guard_walk(trans, acts, limit, s, 0, 0, 0, 1, trie.n_nodes, trie.node_byte, trie.node_depth, trie.node_end,
+                trie.tok_offsets, trie.tok_ids, is_stop, out_tok, out_k, 0, *stacks, work,
+                np.zeros(trie.words, dtype=np.uint32))
 
 
 @_jit
@@ -405,14 +559,19 @@ _one_byte: "weakref.WeakKeyDictionary[TokenTrie, tuple[np.ndarray, np.ndarray]]"
 
 def lazy_eligible(dfa: Any, trie: TokenTrie, is_stop: np.ndarray, max_work: int | None) -> bool:
     """Whether masks may be served before the full index (module docstring)."""
-    if getattr(dfa, "actions", None) is not None:
-        return False
-    trans = np.asarray(dfa.transitions)
+    trans, accepting = kernel_tables(dfa)
     read = (trans >= 0).any(axis=0)
     if (read & ~_spelled_bytes(trie, is_stop)).any():
         return False
+    if (byte_distances(without_increments(trans, getattr(dfa, "actions", None)), accepting, 1) >= UNREACHABLE).any():
+        return False  # a dead end: the full build refuses the tokens into it, one walk cannot know
     return max_work is None or estimate_mask_work(dfa, trie.size) * LAZY_WORK_SHARE <= max_work
 
+
+#: Counter lists (:class:`~poot_vllm.core.counted_masks.StateGuards`) the lazy
+#: rows of a counted DFA keep at most (past it, the matcher waits for the full
+#: index, which shares equal lists): ~40 string-body states at 128k tokens.
+GUARD_BYTES = 32 * 1024 * 1024
 
 #: Lazy only where the work estimate is at most this fraction of ``max_mask_work``
 #: (1 / 4): the estimate can be a few times off (a vocabulary of lower-case
@@ -445,7 +604,19 @@ class PendingMasks:
         self.start = int(dfa.start)
         stop_ids, is_stop = self.stop_ids, self.is_stop = kernel_stops(vocab, trie)
         stop_cost = 1 if stop_ids.size else 0
-        dist = byte_distances(trans, accepting, stop_cost)
+        n = trans.shape[0]
+        #: A counted DFA (``automata.counters``): rows per (state, counter), see "Counters" above.
+        self.counted = getattr(dfa, "actions", None) is not None
+        if self.counted:
+            self.actions, self.limit = counter_tables(dfa)
+            #: States whose tokens may depend on the counter (one guard walk each, as in the full build).
+            self.guarded = np.zeros(n, dtype=bool)
+            self.guarded[_states_to_walk(trans, self.actions, self.limit, trie.max_depth)] = True
+            self._guards: dict[int, StateGuards] = {}
+            self._guard_bytes = 0
+            self._rows_above = CounterRows()
+        # Distances over the moves every counter value allows (the full build's rule).
+        dist = byte_distances(without_increments(trans, getattr(dfa, "actions", None)), accepting, stop_cost)
         dist.flags.writeable = False
         self.byte_dist = dist
         finite = dist[dist < UNREACHABLE]
@@ -455,7 +626,7 @@ class PendingMasks:
         stop_row = np.zeros(trie.words, dtype=np.uint32)
         _set_bits(stop_row, stop_ids)
         self.stop_row = stop_row.view(np.int32)
-        self._zeros = np.zeros(trans.shape[0], dtype=np.int32)
+        self._zeros = np.zeros(n, dtype=np.int32)
         self._zeros.flags.writeable = False
         self._rows: dict[int, np.ndarray] = {}
         #: States whose walk may be long: rows made at compile time (:meth:`prefetch`), through their loop.
@@ -472,24 +643,58 @@ class PendingMasks:
     def n_states(self) -> int:
         return int(self.transitions.shape[0])
 
+    @property
+    def over_memory(self) -> bool:
+        """Whether the counter lists made so far pass :data:`GUARD_BYTES`."""
+        return self.counted and self._guard_bytes > GUARD_BYTES
+
     # ------------------------------------------------------------- rows
 
     def row(self, state: int) -> np.ndarray:
-        """``state``'s (read-only, int32) mask row: the full index's, or one trie walk, cached."""
+        """``state``'s (read-only, int32) mask row: the full index's, or one trie
+        walk, cached.  Of a counted DFA: the tokens allowed at some counter value."""
         index = self.index
         if index is not None:
             return index.rows[index.row_of_state[state]]
         row = self._rows.get(state)
         if row is None:
-            row = self._loop_row(state) if self.expensive[state] else None
-            if row is None:
+            loop = self._loop(state) if self.expensive[state] else None
+            row = self._loop_row(state, loop) if loop is not None else None
+            guards = None
+            if self.counted and self.guarded[state]:
+                if row is None:  # one walk for both the row and the counter list
+                    row = np.zeros(self.trie.words, dtype=np.uint32)
+                guards = self._state_guards(state, loop, row)
+            elif row is None:
                 row = self._walk(state, self._zeros, 0)
             if self.accepting[state]:
                 _set_bits(row, self.stop_ids)
+            if guards is not None:
+                if guards.never.size:
+                    row = clear_bits(row, guards.never)
+                self._guards[state] = guards  # before the row: a cached row always has its guards
+                self._guard_bytes += guards.nbytes
             row = row.view(np.int32)
             row.flags.writeable = False
             self._rows[state] = row  # a race computes the same row twice, never a wrong one
         return row
+
+    def row_at(self, state: int, counter: int) -> np.ndarray:
+        """The (read-only, int32) row of (state, counter): the full index's
+        ``row_at``, or :meth:`row` minus the tokens the counter no longer fits."""
+        index = self.index
+        if index is None and self.over_memory:
+            index = self.wait()  # the lists passed their memory bound: the full index
+        if index is not None:
+            return index.row_at(state, counter)
+        base = self.row(state)
+        if not self.counted:
+            return base
+        guards = self._guards.get(state)
+        if guards is None or counter <= guards.free_upto:
+            return base
+        return self._rows_above.above(base.view(np.uint32), state, counter, int(self.limit[state]), guards.tok,
+                                      guards.neg_k, 0, int(guards.tok.size)).view(np.int32)
 
     def _walk(self, state: int, score: np.ndarray, limit: int) -> np.ndarray:
         trie = self.trie
@@ -506,9 +711,9 @@ class PendingMasks:
         for state in np.flatnonzero(self.expensive):
             self.row(int(state))
 
-    def _loop_row(self, state: int) -> np.ndarray | None:
-        """``state``'s text tokens through its loop's cached walk (module
-        comment above), or None where its component is trivial or too large."""
+    def _loop(self, state: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """``state``'s loop (module comment above) as (members, canonical
+        table), or None where it is too large (the plain walk then)."""
         n = self.n_states
         if self._rev is None:
             self._rev = _reverse_edges(self.transitions)
@@ -523,23 +728,67 @@ class PendingMasks:
                             MAX_LOOP_STATES, scratch[0], scratch[1], scratch[2], scratch[3], local_of, members,
                             table)
         if k < 1:
-            return None  # too large: the plain walk
+            return None
+        return members[:k].copy(), np.ascontiguousarray(table[:k])
+
+    def _loop_row(self, state: int, loop: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray | None:
+        """``state``'s text tokens through its loop's cached walk (module
+        comment above), or None where its component is too large."""
+        if loop is None:
+            loop = self._loop(state)
+            if loop is None:
+                return None
+        members, table = loop
         trie = self.trie
-        inside, exit_node, exit_local = _loop_inside(trie, self.vocab.token_key, np.ascontiguousarray(table[:k]))
+        inside, exit_node, exit_local = _loop_inside(trie, self.vocab.token_key, table)
         row = inside & ~self.stop_row.view(np.uint32)  # stop ids are never text
         stack = np.empty(trie.max_depth + 1, dtype=np.int32)
         _exit_walks(self.transitions, members, exit_node, exit_local, exit_node.shape[0], trie.node_byte,
                     trie.node_depth, trie.node_end, trie.tok_offsets, trie.tok_ids, self.is_stop, row, stack)
         return row
 
-    def fill_restricted(self, state: int, budget: int, out: np.ndarray) -> None:
+    def _state_guards(self, state: int, loop: tuple[np.ndarray, np.ndarray] | None,
+                      row: np.ndarray) -> StateGuards:
+        """A counted state's guard walk (``counted_masks``): through its loop's
+        cached guard walk plus the walks below its exits, or over the whole trie
+        (then also setting the plain row in ``row``, zeros on entry)."""
+        trie = self.trie
+        out_tok = np.empty(max(trie.size, 1), dtype=np.int32)
+        out_k = np.empty(max(trie.size, 1), dtype=np.int32)
+        stacks = [np.empty(trie.max_depth + 1, dtype=np.int32) for _ in range(4)]
+        work = np.zeros(1, dtype=np.int64)
+        m0 = 0 if self.limit[state] > 0 else 1
+        if loop is None:
+            n = _guard_walk(self.transitions, self.actions, self.limit, int(state), m0, 0, 0, 1, trie.n_nodes,
+                            trie.node_byte, trie.node_depth, trie.node_end, trie.tok_offsets, trie.tok_ids,
+                            self.is_stop, out_tok, out_k, 0, *stacks, work, row)
+            return state_guards(out_tok[:n], out_k[:n], int(self.limit[state]))
+        members, table = loop
+        tacts = np.where(table >= 0, self.actions[members], 0).astype(np.int8)  # inside moves only
+        tlimit = np.ascontiguousarray(self.limit[members])
+        if m0 == 0 and not (tacts == ACT_SET1).any():
+            tlimit[:] = 0  # no counter set inside the loop: the bounds are never read (one entry for any maxLength)
+        inside_tok, inside_k, *exits = _loop_guards(trie, self.vocab.token_key, table, tacts, tlimit, m0)
+        text = ~self.is_stop[inside_tok]
+        n = int(text.sum())
+        out_tok[:n] = inside_tok[text]
+        out_k[:n] = inside_k[text]
+        n = _exit_guard_walks(self.transitions, self.actions, self.limit, members, *exits, trie.node_byte,
+                              trie.node_depth, trie.node_end, trie.tok_offsets, trie.tok_ids, self.is_stop,
+                              out_tok, out_k, n, *stacks, work, _NO_ROW)
+        return state_guards(out_tok[:n], out_k[:n], int(self.limit[state]))
+
+    def fill_restricted(self, state: int, budget: int, out: np.ndarray, counter: int = 0) -> None:
         """Only after a failed full build: the tokens whose end state is within
         ``budget - 1`` tokens of the end *by byte distance* (an upper bound of
-        the token distance here), stop ids where ``state`` accepts."""
+        the token distance here), stop ids where ``state`` accepts; of a
+        counted DFA, those the counter also allows."""
         limit = min(int(budget) - 1, int(UNREACHABLE) - 1)
         out[...] = self._walk(state, self.byte_dist, limit)
         if self.accepting[state] and budget >= 1:
             _set_bits(out, self.stop_ids)
+        if self.counted:
+            np.bitwise_and(out, self.row_at(state, counter).view(np.uint32), out=out)
 
     # ------------------------------------------------------- the full build
 
@@ -590,7 +839,9 @@ class PendingMasks:
         index = self.index
         if index is not None:
             return int(index.nbytes)
-        return 2 * self.n_states * self.trie.words * 4 + 64 * self.n_states
+        # Counter lists (at most one state's past GUARD_BYTES, 16 bytes a token) and their row memo.
+        extra = GUARD_BYTES + 16 * self.trie.size + ROW_MEMO_BYTES if self.counted else 0
+        return 2 * self.n_states * self.trie.words * 4 + 64 * self.n_states + extra
 
 
 # ------------------------------------------------------- the background thread

@@ -143,17 +143,20 @@ def test_unenforceable_schema_is_400(server, schema, needle):
     assert server.healthy()
 
 
-def test_a_new_schema_is_served_while_its_masks_build(client, server):
-    """Free-text fields (no maxLength: a plain DFA, so the engine serves the first
-    masks before the full index is built, core.lazy_masks) in a schema no
-    request has compiled: choices with room to spare and choices whose
-    max_tokens is tight (they wait for the full index) are decoded in one
-    batch; every reply finishes inside its budget and validates."""
+@pytest.mark.parametrize("max_length", [None, 40])
+def test_a_new_schema_is_served_while_its_masks_build(client, server, max_length):
+    """Free-text fields (the engine serves the first masks before the full index
+    is built, core.lazy_masks; with ``maxLength`` a counted DFA, whose rows also
+    depend on the string's counter) in a schema no request has compiled:
+    choices with room to spare and choices whose max_tokens is tight (they
+    wait for the full index) are decoded in one batch; every reply finishes
+    inside its budget and validates (the length bound included)."""
     import uuid
     from concurrent.futures import ThreadPoolExecutor
 
     key = "n" + uuid.uuid4().hex[:6]
-    schema = {"type": "object", "properties": {key: {"type": "string"}, "tags": {"type": "array", "items": {
+    text = {"type": "string"} if max_length is None else {"type": "string", "maxLength": max_length}
+    schema = {"type": "object", "properties": {key: text, "tags": {"type": "array", "items": {
         "type": "string"}, "maxItems": 2}, "ok": {"type": "boolean"}}, "required": [key, "ok"]}
 
     def ask(max_tokens: int):

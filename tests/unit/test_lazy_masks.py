@@ -25,7 +25,7 @@ from poot_vllm.core.json_schema import compile_json_schema
 from poot_vllm.core import lazy_masks
 from poot_vllm.core.lazy_masks import PendingMasks, lazy_eligible
 from poot_vllm.core.matchers.compiled import CompiledDFA, LazyCompiledDFA
-from poot_vllm.core.matchers.dfa import DFAMatcher, LazyDFAMatcher
+from poot_vllm.core.matchers.dfa import CountedDFAMatcher, DFAMatcher, LazyCountedDFAMatcher, LazyDFAMatcher
 from poot_vllm.core.token_trie import TokenTrie
 from poot_vllm.core.masks import _NO_SEEN, UNREACHABLE, _walk_dfa
 from poot_vllm.core.vocabulary import TokenVocabulary, with_stop_ids
@@ -41,10 +41,16 @@ FULL = make_vocab([bytes([b]) for b in range(256)] + PIECES + [None], {256 + len
 SCHEMA = {"type": "object", "properties": {"name": {"type": "string"}, "ok": {"type": "boolean"},
                                            "tags": {"type": "array", "items": {"enum": ["ab", "ba", "é"]}}},
           "required": ["name"]}
+#: Bounded strings and arrays: counted DFAs (a counter instead of copies).
+COUNTED_SCHEMA = {"type": "object", "properties": {
+    "name": {"type": "string", "maxLength": 20}, "note": {"type": "string", "minLength": 1, "maxLength": 30},
+    "tags": {"type": "array", "maxItems": 17, "items": {"enum": ["ab", "ba"]}}}, "required": ["name", "note"]}
 DFAS = {
     "regex": compile_regex(r"(ab|ba|c)*( ?\((1|12)(,12)*\))?"),
     "utf8": compile_regex(r"[a-zé€]{1,6}(-[0-9]+)?"),
     "schema": compile_json_schema(json.dumps(SCHEMA)),
+    "counted": compile_regex(r"(ab|c){0,20}(,[a-c]{1,17})*"),
+    "counted_schema": compile_json_schema(json.dumps(COUNTED_SCHEMA)),
 }
 
 
@@ -97,7 +103,7 @@ def test_lazy_masks_equal_the_full_index_at_every_step(name, budget, build_at, l
     for seed in range(6):
         rng = random.Random(seed)
         pending = _pending(dfa, loops=loops)
-        lazy, eager = LazyDFAMatcher(pending), eager_index.new_matcher()
+        lazy, eager = LazyCompiledDFA(pending).new_matcher(), eager_index.new_matcher()
         b = pending.bound + rng.randint(-2, 3) if budget == "tight" else budget
         if b is not None:
             eager.set_token_budget(b)
@@ -187,33 +193,101 @@ def test_lazy_equals_eager_on_random_dfas_and_vocabularies(seed, loops):
         assert lazy.accept_tokens([t]) and eager.accept_tokens([t])
 
 
-def test_not_lazy_where_a_byte_has_no_token_or_the_dfa_counts():
+COUNTED_PATTERNS = [r"(?:[ab]){0,%d}(?:,c{1,%d})*", r"a(?:b|cc){1,%d}(?:,[ab]{0,%d})?", r"(?:ab){0,%d},(?:[ac]){0,%d}"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 10**9), st.booleans())
+def test_lazy_equals_eager_on_counted_dfas_with_long_tokens(seed, loops):
+    """Counted regions (bounds 16-22) against random vocabularies whose tokens
+    reach 30 bytes: a token can pass a region's bound from inside it, enter the
+    next region and pass that one (never allowed), or fit only at low counters;
+    with ``loops`` every state's list goes through its loop's cached guard walk."""
+    rng = random.Random(seed)
+    dfa = compile_regex(rng.choice(COUNTED_PATTERNS) % (rng.randint(16, 22), rng.randint(16, 22)))
+    assert dfa.actions is not None
+    runs = [rng.choice([b"", b","]) + rng.choice([b"a", b"b", b"c", b"ab", b"cc"]) * rng.randint(5, 24)
+            for _ in range(rng.randint(0, 8))]  # long enough to pass a bound, or to enter a region and pass it
+    pieces = [bytes(rng.choice(b"abc,") for _ in range(rng.randint(1, 6))) for _ in range(rng.randint(5, 30))]
+    tokens = sorted(set(runs + pieces) | {bytes([b]) for b in b"abc,"})
+    rng.shuffle(tokens)
+    vocab = make_vocab(tokens + [None], {len(tokens)}, len(tokens) + 3)
+    trie = TokenTrie.build(vocab)
+    saved = lazy_masks.LAZY_MAX_NODES
+    lazy_masks.LAZY_MAX_NODES = -1 if loops else saved
+    try:
+        pending = PendingMasks(dfa, vocab, trie, None)
+    finally:
+        lazy_masks.LAZY_MAX_NODES = saved
+    assert lazy_eligible(dfa, trie, pending.is_stop, None)
+    lazy, eager = LazyCompiledDFA(pending).new_matcher(), CompiledDFA.build(dfa, vocab).new_matcher()
+    budget = rng.choice([None, None, rng.randint(1, 40)])
+    lazy.set_token_budget(budget)
+    eager.set_token_budget(budget)
+    words = (vocab.size + 31) // 32
+    for _ in range(40):
+        a, b = np.zeros(words, np.int32), np.zeros(words, np.int32)
+        lazy.fill_bitmask(a)
+        eager.fill_bitmask(b)
+        assert (a == b).all()
+        allowed = sorted(allowed_set(b, vocab.size))
+        if not allowed or eager.is_terminated():
+            break
+        t = rng.choice(allowed)
+        assert lazy.accept_tokens([t]) and eager.accept_tokens([t])
+        assert lazy.counter == eager.counter
+
+
+def test_not_lazy_where_a_byte_has_no_token():
     # "c" only inside "abc": the vocabulary cannot spell every byte, so a state
     # may be token-dead and only the full build knows the rows
     partial = make_vocab([b"a", b"b", b"abc", None], {3}, 4)
     compiled = CompiledDFA.build(compile_regex(r"(a|b|c)+"), partial, lazy=True)
     assert isinstance(compiled, CompiledDFA)
-    counted = compile_regex(r"[a-z]{0,300}")
-    assert counted.actions is not None
-    assert isinstance(CompiledDFA.build(counted, FULL, lazy=True), CompiledDFA)
     lazy = CompiledDFA.build(DFAS["regex"], FULL, lazy=True)
     assert isinstance(lazy, LazyCompiledDFA)
     lazy.pending.wait()  # the background thread builds it (or this call does)
     assert isinstance(lazy.new_matcher(), DFAMatcher) and not isinstance(lazy.new_matcher(), LazyDFAMatcher)
 
 
-def test_a_failed_full_build_keeps_serving_exact_rows_and_finishes_in_budget():
-    dfa = DFAS["schema"]
+def test_a_counted_dfa_is_lazy_and_its_matchers_count():
+    counted = compile_regex(r"[a-z]{0,300}")
+    assert counted.actions is not None
+    lazy = CompiledDFA.build(counted, FULL, lazy=True)
+    assert isinstance(lazy, LazyCompiledDFA)
+    assert isinstance(lazy.new_matcher(), LazyCountedDFAMatcher) or lazy.pending.ready
+    lazy.pending.wait()
+    assert isinstance(lazy.new_matcher(), CountedDFAMatcher)
+
+
+def test_counted_lists_past_their_memory_bound_wait_for_the_full_index(monkeypatch):
+    # the lazy counter lists are bounded (GUARD_BYTES); past it the matcher takes
+    # the full index (which shares equal lists), at compile time when the
+    # prefetch passes it, else at the visit that does
+    monkeypatch.setattr(lazy_masks, "GUARD_BYTES", 0)
+    dfa = DFAS["counted_schema"]
+    monkeypatch.setattr(lazy_masks, "LAZY_MAX_NODES", -1)  # every state prefetched: lists at compile time
+    assert isinstance(CompiledDFA.build(dfa, FULL, lazy=True), CompiledDFA)
+    monkeypatch.setattr(lazy_masks, "LAZY_MAX_NODES", 16384)
+    pending = _pending(dfa, loops=False)
+    lazy, eager = LazyCountedDFAMatcher(pending), CompiledDFA.build(dfa, FULL).new_matcher()
+    _drive(lazy, eager, random.Random(1), 40, None, pending)
+    assert pending.ready and pending.index is not None
+
+
+@pytest.mark.parametrize("name", ["schema", "counted_schema"])
+def test_a_failed_full_build_keeps_serving_exact_rows_and_finishes_in_budget(name):
+    dfa = DFAS[name]
     pending = _pending(dfa, max_work=1)  # the real work passes any limit this small
     pending.run()
     assert pending.error is not None and pending.index is None
     eager_index = CompiledDFA.build(dfa, FULL)
     for seed in range(10):
         rng = random.Random(seed)
-        lazy, eager = LazyDFAMatcher(pending), eager_index.new_matcher()
+        lazy, eager = LazyCompiledDFA(pending).new_matcher(), eager_index.new_matcher()
         _drive(lazy, eager, rng, 30, None, pending)  # no budget: the plain rows
         budget = int(pending.byte_dist[dfa.start]) + rng.randint(0, 4)
-        lazy = LazyDFAMatcher(pending)
+        lazy = LazyCompiledDFA(pending).new_matcher()
         lazy.set_token_budget(budget)
         text = b""
         while not lazy.is_terminated():

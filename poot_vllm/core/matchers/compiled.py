@@ -13,7 +13,7 @@ from typing import Callable, Union
 from poot_vllm.core import lazy_masks
 from poot_vllm.core.lazy_masks import PendingMasks
 from poot_vllm.core.masks import DFAMaskIndex, kernel_stops
-from poot_vllm.core.matchers.dfa import CountedDFAMatcher, DFAMatcher, LazyDFAMatcher
+from poot_vllm.core.matchers.dfa import CountedDFAMatcher, DFAMatcher, LazyCountedDFAMatcher, LazyDFAMatcher
 from poot_vllm.core.token_trie import TokenTrie
 
 
@@ -35,8 +35,9 @@ class CompiledDFA:
                                                                        max_work):
             pending = PendingMasks(dfa, vocab, trie, max_work)
             pending.prefetch()  # the long walks now, not at a first visit in the scheduler
-            lazy_masks.submit(pending)
-            return LazyCompiledDFA(pending)
+            if not pending.over_memory:
+                lazy_masks.submit(pending)
+                return LazyCompiledDFA(pending)
         return cls(DFAMaskIndex.build(dfa, vocab, trie, max_work=max_work))
 
     @property
@@ -68,4 +69,6 @@ class LazyCompiledDFA:
 
     def new_matcher(self) -> DFAMatcher:
         index = self.pending.index
-        return DFAMatcher(index) if index is not None else LazyDFAMatcher(self.pending)
+        if index is not None:
+            return CompiledDFA(index).new_matcher()
+        return LazyCountedDFAMatcher(self.pending) if self.pending.counted else LazyDFAMatcher(self.pending)

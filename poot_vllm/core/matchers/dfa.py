@@ -178,17 +178,14 @@ class LazyDFAMatcher(DFAMatcher):
         row[...] = pending.row(state)
 
 
-class CountedDFAMatcher(DFAMatcher):
-    """:class:`DFAMatcher` for a DFA with a counter (:mod:`poot_vllm.core.automata.counters`):
-    the stack holds (state, counter) pairs, and the mask is the row of both
-    (:meth:`~poot_vllm.core.masks.DFAMaskIndex.row_at`: a row copy unless the
-    counter is near its region's bound)."""
+class _CounterMoves:
+    """The counter half of a counted DFA's matcher (:mod:`poot_vllm.core.automata.counters`):
+    the stack holds (state, counter) pairs; a token is taken iff its bit is set
+    in the row of both (``_row_at``)."""
 
-    def __init__(self, index: DFAMaskIndex) -> None:
-        dfa = index.dfa
+    def _init_counter(self, dfa) -> None:
         self._actions = dfa.actions
         self._limit = dfa.counter_limit
-        super().__init__(index)
 
     def _restart(self) -> None:
         super()._restart()
@@ -204,7 +201,7 @@ class CountedDFAMatcher(DFAMatcher):
         c = self._counts[-1]
         if not 0 <= token < self._size:
             return False
-        word = int(self._index.row_at(state, c).item(token >> 5))
+        word = int(self._row_at(state, c).item(token >> 5))
         if not (word >> (token & 31)) & 1:
             return False
         if token not in self._stop_ids:
@@ -226,16 +223,65 @@ class CountedDFAMatcher(DFAMatcher):
         del self._history[-n:]
         del self._counts[-n:]
 
-    def fill_bitmask(self, row: np.ndarray) -> None:
+    def _fill_from_index(self, row: np.ndarray) -> None:
+        """``fill_bitmask`` from the full index (budgets included)."""
+        index = self._index
         if self._terminated:
-            row[...] = self._index.stop_row
+            row[...] = index.stop_row
             return
         state = self._history[-1]
         c = self._counts[-1]
         if self._budget is not None:
             remaining = self._budget - self._accepted
-            if remaining < self._index.plain_row_budget[state]:
-                budget = max(remaining, int(self._index.min_tokens_to_accept[state]))
-                self._index.fill_restricted_at(state, c, budget, row.view(np.uint32))
+            if remaining < index.plain_row_budget[state]:
+                budget = max(remaining, int(index.min_tokens_to_accept[state]))
+                index.fill_restricted_at(state, c, budget, row.view(np.uint32))
                 return
-        row[...] = self._index.row_at(state, c)
+        row[...] = index.row_at(state, c)
+
+
+class CountedDFAMatcher(_CounterMoves, DFAMatcher):
+    """:class:`DFAMatcher` for a DFA with a counter: the mask is the row of
+    (state, counter) (:meth:`~poot_vllm.core.masks.DFAMaskIndex.row_at`: a row
+    copy unless the counter is near its region's bound)."""
+
+    def __init__(self, index: DFAMaskIndex) -> None:
+        self._init_counter(index.dfa)
+        super().__init__(index)
+
+    def _row_at(self, state: int, counter: int) -> np.ndarray:
+        return self._index.row_at(state, counter)
+
+    def fill_bitmask(self, row: np.ndarray) -> None:
+        self._fill_from_index(row)
+
+
+class LazyCountedDFAMatcher(_CounterMoves, LazyDFAMatcher):
+    """:class:`LazyDFAMatcher` for a DFA with a counter: rows of (state,
+    counter) from the pending masks (each state's plain row and counter list
+    one walk, shared) until the full index is built."""
+
+    def __init__(self, pending: PendingMasks) -> None:
+        self._init_counter(pending.dfa)
+        super().__init__(pending)
+
+    def _row_at(self, state: int, counter: int) -> np.ndarray:
+        if self._adopt():
+            return self._index.row_at(state, counter)
+        return self._pending.row_at(state, counter)
+
+    def fill_bitmask(self, row: np.ndarray) -> None:
+        if self._adopt() or (self._tight() and self._wait()):
+            self._fill_from_index(row)
+            return
+        pending = self._pending
+        if self._terminated:
+            row[...] = pending.stop_row
+            return
+        state = self._history[-1]
+        c = self._counts[-1]
+        if self._tight():  # the full build failed: byte distances (lazy_masks)
+            budget = max(self._budget - self._accepted, int(pending.byte_dist[state]))
+            pending.fill_restricted(state, budget, row.view(np.uint32), c)
+            return
+        row[...] = pending.row_at(state, c)
