@@ -765,9 +765,13 @@ class PendingMasks:
             return state_guards(out_tok[:n], out_k[:n], int(self.limit[state]))
         members, table = loop
         tacts = np.where(table >= 0, self.actions[members], 0).astype(np.int8)  # inside moves only
-        tlimit = np.ascontiguousarray(self.limit[members])
+        # The bounds only matter for a counter set inside a token (mode 1), whose
+        # value stays below the token's length: bounds past the longest token
+        # are all one, and none is read without a counter set inside the loop
+        # (so a string body is one cache entry for any maxLength).
+        tlimit = np.minimum(self.limit[members], trie.max_depth).astype(np.int32)
         if m0 == 0 and not (tacts == ACT_SET1).any():
-            tlimit[:] = 0  # no counter set inside the loop: the bounds are never read (one entry for any maxLength)
+            tlimit[:] = 0
         inside_tok, inside_k, *exits = _loop_guards(trie, self.vocab.token_key, table, tacts, tlimit, m0)
         text = ~self.is_stop[inside_tok]
         n = int(text.sum())
