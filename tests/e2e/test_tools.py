@@ -200,3 +200,33 @@ def test_named_tool_choice_is_exactly_one_call(client, stream, parallel):
                                          tool_choice={"type": "function", "function": {"name": "create_order"}}, **extra)
         _assert_nested(content, calls, finish, {"create_order"})
         assert len(calls) == 1, calls
+
+
+#: A recursive tool (a $ref that reaches itself): its forced calls are a grammar, exact at any depth.
+OUTLINE = {"$defs": {"Section": {"type": "object", "required": ["title"], "additionalProperties": False,
+                                 "properties": {"title": {"type": "string", "maxLength": 8},
+                                                "sections": {"type": "array", "maxItems": 2,
+                                                             "items": {"$ref": "#/$defs/Section"}}}}},
+           "type": "object", "required": ["root"], "additionalProperties": False,
+           "properties": {"root": {"$ref": "#/$defs/Section"}}}
+RECURSIVE_SCHEMAS = {"outline": OUTLINE, "get_weather": WEATHER}
+RECURSIVE_TOOLS = [{"type": "function", "function": {"name": n, "parameters": s}} for n, s in RECURSIVE_SCHEMAS.items()]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["full", "stream"])
+@pytest.mark.parametrize("choice", ["required", "named"])
+def test_a_recursive_tool_is_forced_and_finishes_inside_max_tokens(client, stream, choice):
+    """required (parallel calls allowed by default) or named, at a max_tokens a random model would
+    overrun without the budget: every call parses, validates, and the reply ends with the calls."""
+    tool_choice = "required" if choice == "required" else {"type": "function", "function": {"name": "outline"}}
+    allowed = set(RECURSIVE_SCHEMAS) if choice == "required" else {"outline"}
+    for seed in range(3):
+        content, calls, finish = _create(client, stream, tools=RECURSIVE_TOOLS, tool_choice=tool_choice, seed=seed,
+                                         max_tokens=120)
+        assert calls and finish == "tool_calls", (content, calls, finish)
+        assert not (content or "").strip(), f"leftover content {content!r}"
+        for call_id, name, arguments in calls:
+            assert call_id and name in allowed, (call_id, name)
+            jsonschema.validate(json.loads(arguments), RECURSIVE_SCHEMAS[name])
+        if choice == "named":
+            assert len(calls) == 1, calls

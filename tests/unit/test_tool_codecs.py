@@ -15,6 +15,8 @@ from hypothesis import strategies as st
 
 from poot_vllm.core.constraints import Constraint, Kind, check, compile_automaton
 from poot_vllm.core.errors import LimitExceeded, PootError
+from poot_vllm.core.grammar.gbnf import Grammar
+from poot_vllm.core.json_schema import RECURSION_DEPTHS
 from poot_vllm.core.limits import Limits
 from poot_vllm.core.tool_calls import codec_for, get_codec, tool_call_spec
 from poot_vllm.core.automata.compilers import regex_escape, regex_to_dfa
@@ -768,18 +770,65 @@ def _depth(cat: dict) -> int:
     return 1 + max((_depth(c) for c in cat.get("sub", [])), default=0)
 
 
-def test_a_recursive_tool_is_forced_and_every_sampled_call_validates():
-    spec = tool_call_spec([("categorize", CATEGORY)], parallel=True)
-    dfa = compile_automaton(Constraint(Kind.TOOL_CALL, spec))
-    rnd, deepest = random.Random(5), 0
-    for _ in range(60):
-        reply = _sample(dfa, rnd, rnd.randint(80, 600)).decode("utf-8")
+def _nested(depth: int) -> str:
+    cat = '{"name": "c"}'
+    for k in range(depth - 1):
+        cat = '{"name": "n' + str(k) + '", "sub": [' + cat + ', {"name": "x"}]}'
+    return '{"root": ' + cat + '}'
+
+
+def test_a_recursive_tool_is_forced_exactly_at_any_depth_and_every_sampled_call_validates():
+    # a recursive tool is a grammar (exact at any depth, as for response_format), not an unrolled DFA
+    from tests.unit.test_json_recursive import accepts, replies
+
+    spec = tool_call_spec([("categorize", CATEGORY), ("ping", {"type": "object", "properties": {
+        "n": {"type": "integer", "minimum": 0, "maximum": 9}}, "required": ["n"]})], parallel=True)
+    grammar = compile_automaton(Constraint(Kind.TOOL_CALL, spec))
+    assert isinstance(grammar, Grammar)
+    deepest, names = 0, set()
+    for reply in replies(grammar, 40, seed=5, budget=300):
         calls = HERMES_TEXT.parse(reply).calls
-        assert calls
+        assert calls, reply
         for call in calls:
             args = json.loads(call.arguments)
-            jsonschema.validate(args, CATEGORY)
-            deepest = max(deepest, _depth(args["root"]))
-    assert deepest >= 3  # the recursion really is unrolled, not cut at the first level
-    nested = '{"root": {"name": "a", "sub": [{"name": "b", "sub": [{"name": "c"}]}]}}'
-    assert dfa.matches(f'<tool_call>\n{{"name": "categorize", "arguments": {nested}}}\n</tool_call>'.encode())
+            names.add(call.name)
+            if call.name == "categorize":
+                jsonschema.validate(args, CATEGORY)
+                deepest = max(deepest, _depth(args["root"]))
+            else:
+                assert call.name == "ping" and 0 <= args["n"] <= 9 and set(args) == {"n"}
+    assert names == {"categorize", "ping"} and deepest >= 2
+
+    def call(arguments: str, name: str = "categorize") -> str:
+        return f'<tool_call>\n{{"name": "{name}", "arguments": {arguments}}}\n</tool_call>'
+
+    # deeper than any unrolled depth (RECURSION_DEPTHS), parallel calls of both tools
+    deep = _nested(max(RECURSION_DEPTHS) + 6)
+    jsonschema.validate(json.loads(deep), CATEGORY)
+    assert accepts(grammar, call(deep))
+    assert accepts(grammar, call(_nested(2)) + "\n" + call('{"n": 3}', "ping") + "\n" + call(deep))
+    # not the schema's: too many items, a long name, an unknown key, a wrong tool's arguments
+    for bad in (_nested(2).replace('{"name": "x"}', '{"name": "x"}, {"name": "y"}, {"name": "z"}'),
+                _nested(3).replace('"c"', '"abcdefg"'), _nested(2).replace('"root"', '"rot"')):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(json.loads(bad), CATEGORY)
+        assert not accepts(grammar, call(bad))
+    assert not accepts(grammar, call('{"n": 3}'))
+    # the codec's escape holds inside the recursion: "<" only as \u003c, so no marker can cut the call
+    assert not accepts(grammar, call(_nested(3).replace('"c"', '"<c"')))
+    assert accepts(grammar, call(_nested(3).replace('"c"', '"\\u003cc"')))
+
+
+def test_a_recursive_tool_whose_schema_cannot_be_a_grammar_is_unrolled():
+    # a negated recursive reference (json_schema.recursive: the rule would have to be
+    # negated): the call takes the unrolled DFA, exact up to its depth, as response_format does
+    from poot_vllm.core.automata.dfa import DFA
+
+    negated = {"$defs": {"N": {"type": "object", "required": ["v"], "additionalProperties": False,
+                               "properties": {"v": {"type": "integer", "minimum": 0, "maximum": 9},
+                                              "n": {"not": {"$ref": "#/$defs/N"}}}}}, "$ref": "#/$defs/N"}
+    spec = tool_call_spec([("f", negated)], parallel=False)
+    dfa = compile_automaton(Constraint(Kind.TOOL_CALL, spec))
+    assert isinstance(dfa, DFA)
+    assert dfa.matches(b'<tool_call>\n{"name": "f", "arguments": {"n":1,"v":2}}\n</tool_call>')
+    assert not dfa.matches(b'<tool_call>\n{"name": "f", "arguments": {"n":{"v":1},"v":2}}\n</tool_call>')

@@ -67,6 +67,37 @@ def schema_grammar(schema: "dict | bool | str", limits: Limits = DEFAULT_LIMITS,
     return grammar
 
 
+def regex_node(regex: str, limits: Limits = DEFAULT_LIMITS) -> Node:
+    """A (non-recursive) schema regex as one grammar node, lookaheads embedded
+    as byte automata: what a grammar that is built around schema regexes
+    (a forced tool call with a recursive tool beside plain ones) holds for
+    them.  Raises :class:`NeedsUnrolling` where the regex cannot be a node."""
+    from poot_vllm.core.regex.parser import parse
+
+    try:
+        return _Converter({}, limits).node(parse(regex))
+    except _Empty:
+        raise NeedsUnrolling("a piece that matches nothing") from None
+
+
+def renamed(grammar: Grammar, prefix: str) -> tuple[Rule, ...]:
+    """``grammar``'s rules with every name (and call) prefixed, so that the
+    rules of several schemas live in one grammar."""
+
+    def node(n: Node) -> Node:
+        if isinstance(n, RuleRef):
+            return RuleRef(prefix + n.name)
+        if isinstance(n, Sequence):
+            return Sequence(tuple(node(i) for i in n.items))
+        if isinstance(n, Alternation):
+            return Alternation(tuple(node(o) for o in n.options))
+        if isinstance(n, Repeat):
+            return Repeat(node(n.item), n.min, n.max)
+        return n  # Literal, CharClass, ByteAutomaton: no calls
+
+    return tuple(Rule(prefix + r.name, node(r.body)) for r in grammar.rules)
+
+
 class _Empty(Exception):
     """A piece that matches nothing (a lookahead no key can pass): the sequence
     holding it matches nothing either, and an alternation drops it."""

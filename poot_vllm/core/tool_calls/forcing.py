@@ -25,7 +25,7 @@ poot generates the regex, so the user regex size limit does not apply;
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -38,6 +38,9 @@ from poot_vllm.core.regex.parser import parse
 from poot_vllm.core.tool_calls.codecs import Codec, get_codec
 from poot_vllm.core.json_schema import RECURSION_DEPTHS, canonical_schema_text, schema_to_regex
 from poot_vllm.core.json_schema.refs import cyclic_targets
+
+if TYPE_CHECKING:
+    from poot_vllm.core.grammar.gbnf import Grammar
 
 SPEC_VERSION = 1
 #: Keywords that describe a schema without constraining it.
@@ -146,16 +149,22 @@ def tool_call_regex(spec: str, limits: Limits = DEFAULT_LIMITS) -> str:
     return regex_escape(codec.prefix) + call + regex_escape(codec.suffix)
 
 
-def compile_tool_call_constraint(spec: str, limits: Limits = DEFAULT_LIMITS) -> DFA:
+def compile_tool_call_constraint(spec: str, limits: Limits = DEFAULT_LIMITS) -> "DFA | Grammar":
     """The DFA of ``Constraint(Kind.TOOL_CALL, spec)`` (called by ``constraints.compile_automaton``).
 
     One budget covers the whole build: the call's automaton, built once, and
-    for parallel calls the loop back to its start after the separator.
+    for parallel calls the loop back to its start after the separator.  With
+    a recursive tool, a grammar instead (:func:`tool_call_grammar`).
     """
     payload = _parse_spec(spec)
     codec = _forcing_codec(payload)
-    # Recursive parameters are unrolled to the deepest level whose automaton fits (as for response_format).
     recursive = any(isinstance(t.get("parameters"), dict) and cyclic_targets(t["parameters"]) for t in payload["tools"])
+    if recursive:
+        # Recursive parameters: a grammar, exact at any depth (as for response_format) ...
+        grammar = tool_call_grammar(spec, limits)
+        if grammar is not None:
+            return grammar
+    # ... else unrolled to the deepest level whose automaton fits.
     depths = RECURSION_DEPTHS if recursive else (None,)
     try:
         for i, levels in enumerate(depths):
@@ -177,6 +186,55 @@ def compile_tool_call_constraint(spec: str, limits: Limits = DEFAULT_LIMITS) -> 
         detail = f"{exc.detail}; {explained}" if getattr(exc, "detail", "") else explained
         raise LimitExceeded(exc.what, exc.limit_name, exc.limit, exc.unit, detail) from None
     return dfa
+
+
+def tool_call_grammar(spec: str, limits: Limits = DEFAULT_LIMITS) -> "Grammar | None":
+    """The forced reply as a grammar, for tools whose parameters are recursive
+    (a ``TreeNode`` argument): ``root ::= prefix call (separator call)* suffix``,
+    ``call ::= head_1 args_1 tail | ...``; a recursive tool's arguments are its
+    schema's grammar (``json_schema.recursive``, rules prefixed per tool), a
+    plain tool's its regex as a node.  The codec's escapes hold in both.  None
+    where a tool's schema takes the unrolled DFA (see ``schema_grammar``): the
+    caller then unrolls every tool, as before."""
+    from poot_vllm.core.grammar.gbnf import Alternation, Grammar, Literal, Repeat, Rule, RuleRef, Sequence
+    from poot_vllm.core.grammar.rule_automata import rule_automata
+    from poot_vllm.core.json_schema.placeholders import NeedsUnrolling
+    from poot_vllm.core.json_schema.recursive import regex_node, renamed, schema_grammar
+
+    payload = _parse_spec(spec)
+    codec = _forcing_codec(payload)
+    rules: list[Rule] = []
+    calls = []
+    for i, tool in enumerate(payload["tools"]):
+        name, parameters = tool["name"], tool.get("parameters")
+        for marker in codec.reserved:
+            if marker in name:
+                raise PootError(f"tool {name!r}: a tool name cannot contain {marker!r}, "
+                                "which would end the call for the model's tool parser")
+        try:
+            if isinstance(parameters, dict) and cyclic_targets(parameters):
+                grammar = schema_grammar(parameters, limits, codec.escaped_in_arguments)
+                if grammar is None:
+                    return None
+                prefix = f"t{i}-"
+                rules += renamed(grammar, prefix)
+                args = RuleRef(prefix + grammar.root)
+            else:
+                args = regex_node(arguments_regex(parameters, limits, codec.escaped_in_arguments), limits)
+        except NeedsUnrolling:
+            return None
+        except PootError as exc:
+            exc.message = f"tool {name!r}: {exc.message}"  # which tool's schema, for the 400
+            raise
+        calls.append(Sequence((Literal(codec.call_head(name)), args, Literal(codec.call_tail))))
+    call = calls[0] if len(calls) == 1 else Alternation(tuple(calls))
+    rules.append(Rule("call", call))
+    items = [Literal(codec.prefix), RuleRef("call")]
+    if payload.get("parallel"):
+        items.append(Repeat(Sequence((Literal(codec.separator), RuleRef("call"))), 0, None))
+    items.append(Literal(codec.suffix))
+    grammar = Grammar((Rule("root", Sequence(tuple(items))), *rules), "root")
+    return grammar if rule_automata(grammar) is not None else None
 
 
 def largest_tool_parts(spec: str, limits: Limits = DEFAULT_LIMITS) -> str:
