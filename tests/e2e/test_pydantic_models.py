@@ -1,6 +1,6 @@
 """Pydantic models real clients send, served exactly (issue 14): emails, URIs, maps, optional and union fields,
-dicts with pattern-constrained keys (``patternProperties``), recursive models (trees, expressions; unrolled
-to a fixed depth, docs/json-schema.md).
+dicts with pattern-constrained keys (``patternProperties``), recursive models (trees, expressions: grammars,
+exact at any depth, as response_format and as forced tools; docs/json-schema.md).
 
 Each model goes through the openai client as ``response_format`` json_schema
 (strict), n > 1, on both tokenizer families; every reply is validated with
