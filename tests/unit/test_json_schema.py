@@ -1036,3 +1036,49 @@ def test_budget_refusal_names_defs_pointers_for_refs():
               "properties": {"a": {"$ref": "#/$defs/Big"}}}
     with pytest.raises(LimitExceeded, match=r"/\$defs/Big: minLength contributes"):
         compile_json_schema(schema)
+
+
+# Free-form values nest 2 containers deep, or 1 where 2 would pass the automaton budget
+# (json_schema.FREE_FORM_DEPTHS): served narrower instead of refused, always the same way.
+THREE_FREE = {"type": "object", "properties": {k: {} for k in "abc"}, "required": list("abc"),
+              "additionalProperties": False}
+
+
+def test_free_form_values_are_shallower_where_two_levels_pass_the_budget():
+    from poot_vllm.core.json_schema import served_regex
+
+    with pytest.raises(LimitExceeded):  # three depth-2 values: over the default budget
+        regex_to_dfa(schema_to_regex(THREE_FREE))
+    dfa = compile_json_schema(THREE_FREE)
+    assert served_regex(THREE_FREE) == schema_to_regex(THREE_FREE, free_form=1)
+    assert compile_json_schema(json.dumps(THREE_FREE)).transitions.shape == dfa.transitions.shape  # the same depth
+    one_level = {"a": [1, "x"], "b": {"k": None}, "c": 2.5}
+    two_levels = {"a": [[1]], "b": {"k": None}, "c": 2.5}
+    as_text = lambda v: json.dumps(v, sort_keys=True, separators=(",", ":")).encode()  # noqa: E731
+    assert dfa.matches(as_text(one_level)) and not dfa.matches(as_text(two_levels))
+    rng = random.Random(3)
+    for _ in range(40):
+        text = conformance.sample_dfa(dfa, rng)
+        jsonschema.validate(json.loads(text), THREE_FREE)
+    # one free-form value fits at depth 2, and keeps it
+    one = {"type": "object", "properties": {"a": {}}, "required": ["a"], "additionalProperties": False}
+    assert compile_json_schema(one).matches(b'{"a":[[1]]}')
+
+
+def test_a_schema_over_the_budget_at_either_free_form_depth_is_refused_naming_its_parts():
+    # a free-form value beside a part that passes the budget alone: shallower free-form values
+    # do not help, and the 400 names the part to change (not the free-form value)
+    schema = {"type": "object", "properties": {"body": {"type": "string", "minLength": 5000}, "extra": {}}}
+    with pytest.raises(LimitExceeded, match=r"max_automaton_bytes.*largest parts of the schema: /properties/body: "
+                                            r"minLength contributes"):
+        compile_json_schema(schema)
+
+
+def test_a_forced_tool_with_free_form_parameters_is_served_shallower_too():
+    from poot_vllm.core.constraints import Constraint, Kind, compile_automaton
+    from poot_vllm.core.tool_calls import tool_call_spec
+
+    dfa = compile_automaton(Constraint(Kind.TOOL_CALL, tool_call_spec([("f", THREE_FREE)], parallel=True)))
+    call = b'<tool_call>\n{"name": "f", "arguments": {"a":[1,"x"],"b":{"k":null},"c":2.5}}\n</tool_call>'
+    assert dfa.matches(call) and dfa.matches(call + b"\n" + call)
+    assert not dfa.matches(call.replace(b'[1,"x"]', b"[[1]]"))

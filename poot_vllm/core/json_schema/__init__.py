@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from poot_vllm.core.automata.compilers import regex_to_dfa
 from poot_vllm.core.automata.dfa import DFA
-from poot_vllm.core.json_schema.compiler import (FREE_FORM_DEPTH, MAX_SCHEMA_DEPTH, RECURSION_DEPTHS, canonical_schema_text,
-                                                parse_schema)
+from poot_vllm.core.json_schema.compiler import (FREE_FORM_DEPTH, FREE_FORM_DEPTHS, MAX_SCHEMA_DEPTH, RECURSION_DEPTHS,
+                                                canonical_schema_text, parse_schema)
 from poot_vllm.core.json_schema.compiler import compile_schema
 from poot_vllm.core.errors import LimitExceeded
 from poot_vllm.core.json_schema.recursive import schema_grammar
@@ -20,7 +20,7 @@ from poot_vllm.core.limits import DEFAULT_LIMITS, Limits
 
 
 def schema_to_regex(schema: dict | bool | str, limits: Limits = DEFAULT_LIMITS, *, escaped: str = "",
-                    recursion: "int | None" = None) -> str:
+                    recursion: "int | None" = None, free_form: "int | None" = None) -> str:
     """The regex (poot syntax) whose matches are JSON texts valid for ``schema``.
 
     ``schema`` is a parsed schema or its JSON text (text over
@@ -36,12 +36,23 @@ def schema_to_regex(schema: dict | bool | str, limits: Limits = DEFAULT_LIMITS, 
     forcing passes ``"<"`` so no markup tag can appear in the arguments.
 
     ``recursion``: the levels a recursive ``$ref`` is unrolled to (default:
-    the deepest of ``RECURSION_DEPTHS`` whose automaton fits its budgets, the
-    regex :func:`compile_json_schema` enforces).
+    the deepest of ``RECURSION_DEPTHS`` and ``FREE_FORM_DEPTHS`` whose
+    automaton fits its budgets, the regex :func:`compile_json_schema`
+    enforces).  ``free_form``: the containers a free-form value may nest
+    (default ``FREE_FORM_DEPTH``; :func:`served_regex` fits it, as
+    :func:`compile_json_schema` does, for a non-recursive schema).
     """
-    if recursion is None and cyclic_targets(parse_schema(schema, limits)):
+    if recursion is None and free_form is None and cyclic_targets(parse_schema(schema, limits)):
         return _fit_recursion(schema, limits, escaped)[0]
-    return compile_schema(schema, limits, escaped, recursion)[0]
+    return compile_schema(schema, limits, escaped, recursion,
+                          FREE_FORM_DEPTH if free_form is None else free_form)[0]
+
+
+def served_regex(schema: "dict | bool | str", limits: Limits = DEFAULT_LIMITS) -> str:
+    """The regex of the DFA :func:`compile_json_schema` serves for a schema it
+    does not serve as a grammar: recursion and free-form depth fitted to the
+    budgets (builds the automaton to know; raises what a request would get)."""
+    return _fit_recursion(schema, limits)[0]
 
 
 def compile_json_schema(schema: "dict | bool | str", limits: Limits = DEFAULT_LIMITS) -> "DFA | Grammar":
@@ -63,27 +74,35 @@ def compile_json_schema(schema: "dict | bool | str", limits: Limits = DEFAULT_LI
 
 def _fit_recursion(schema: "dict | bool | str", limits: Limits, escaped: str = "") -> tuple[str, DFA]:
     """The regex and DFA of a schema, a recursive one unrolled to the deepest of
-    ``RECURSION_DEPTHS`` whose regex and automaton fit their budgets (each try
-    is bounded by them); a refusal names the schema parts that make it large."""
-    for i, levels in enumerate(RECURSION_DEPTHS):
-        last = i == len(RECURSION_DEPTHS) - 1
-        try:
-            regex, compiler = compile_schema(schema, limits, escaped, recursion=levels)
-        except LimitExceeded as exc:
-            if getattr(exc, "recursion_cut", False) and not last:
-                continue
-            raise
-        try:
-            return regex, regex_to_dfa(regex, limits)
-        except LimitExceeded as exc:
-            if compiler.recursion_cut and not last:
-                continue
-            # Name the schema parts that make the automaton large (pointer, keyword, share).
-            parts = compiler.largest_parts()
-            if not parts or getattr(exc, "what", None) is None:
+    ``RECURSION_DEPTHS``, and free-form values nested to the deepest of
+    ``FREE_FORM_DEPTHS``, whose regex and automaton fit their budgets (each
+    try is bounded by them; free-form depth is given up last).  A refusal
+    names the schema parts that make it large."""
+    for j, free_form in enumerate(FREE_FORM_DEPTHS):
+        last_free_form = j == len(FREE_FORM_DEPTHS) - 1
+        for i, levels in enumerate(RECURSION_DEPTHS):
+            last = i == len(RECURSION_DEPTHS) - 1
+            try:
+                regex, compiler = compile_schema(schema, limits, escaped, recursion=levels, free_form=free_form)
+            except LimitExceeded as exc:
+                if getattr(exc, "recursion_cut", False) and not last:
+                    continue
+                if getattr(exc, "free_form_used", False) and not last_free_form:
+                    break
                 raise
-            detail = f"{exc.detail}; {parts}" if getattr(exc, "detail", "") else parts
-            raise LimitExceeded(exc.what, exc.limit_name, exc.limit, exc.unit, detail) from None
+            try:
+                return regex, regex_to_dfa(regex, limits)
+            except LimitExceeded as exc:
+                if compiler.recursion_cut and not last:
+                    continue
+                if compiler.free_form_used and not last_free_form:
+                    break
+                # Name the schema parts that make the automaton large (pointer, keyword, share).
+                parts = compiler.largest_parts()
+                if not parts or getattr(exc, "what", None) is None:
+                    raise
+                detail = f"{exc.detail}; {parts}" if getattr(exc, "detail", "") else parts
+                raise LimitExceeded(exc.what, exc.limit_name, exc.limit, exc.unit, detail) from None
     raise AssertionError("unreachable")
 
 
@@ -93,5 +112,5 @@ def largest_parts(schema: "dict | bool | str", limits: Limits = DEFAULT_LIMITS) 
     return compile_schema(schema, limits)[1].largest_parts()
 
 
-__all__ = ["schema_to_regex", "compile_json_schema", "RECURSION_DEPTHS", "largest_parts", "canonical_schema_text", "parse_schema",
-           "FREE_FORM_DEPTH", "MAX_SCHEMA_DEPTH"]
+__all__ = ["schema_to_regex", "served_regex", "compile_json_schema", "RECURSION_DEPTHS", "largest_parts", "canonical_schema_text", "parse_schema",
+           "FREE_FORM_DEPTH", "FREE_FORM_DEPTHS", "MAX_SCHEMA_DEPTH"]

@@ -52,6 +52,12 @@ INTEGER = f"(?:0|-?[1-9][0-9]{{0,{decimals.INTEGER_DIGITS - 1}}})"
 #: many containers deep.  Each level quadruples the regex (depth 2 is ~5 KB,
 #: depth 3 ~20 KB, a large share of the automaton budget per occurrence).
 FREE_FORM_DEPTH = 2
+#: The free-form depths tried, deepest first: a schema whose automaton passes a
+#: budget with free-form values 2 containers deep (each such value costs ~660
+#: DFA states, ~40% of the default automaton budget) is served with them 1
+#: container deep (scalars inside) rather than refused; the same schema always
+#: gets the same depth under the same limits.
+FREE_FORM_DEPTHS = (2, 1)
 #: Optional object members that may be the first one emitted (see _member_list).
 FIRST_KEY_WINDOW = 8
 #: Schema nesting (including inlined ``$ref``) deeper than this is refused.
@@ -237,7 +243,7 @@ class SchemaCompiler:
     """One compilation: the root document (for ``$ref``), the limits, caches."""
 
     def __init__(self, root: Any, limits: Limits, escaped: str = "", whitespace: str = WS,
-                 recursion: int = RECURSION_DEPTH, rules: bool = False) -> None:
+                 recursion: int = RECURSION_DEPTH, rules: bool = False, free_form: int = FREE_FORM_DEPTH) -> None:
         #: the document, every ``$ref`` a pointer from its root (anchors and ``$id`` resolved)
         self.root = root = local_refs(root)
         self.limits = limits
@@ -247,6 +253,9 @@ class SchemaCompiler:
         self.cyclic = cyclic_targets(root)
         #: whether a recursion was cut at ``recursion`` levels (a smaller depth may then fit a budget)
         self.recursion_cut = False
+        #: containers a free-form value may nest (FREE_FORM_DEPTHS), and whether any was written
+        self.free_form = free_form
+        self.free_form_used = False
         #: rules mode (json_schema.recursive): each cyclic ``$ref`` target is compiled once, as a
         #: grammar rule: target -> [placeholder character standing for it in the regex text, body]
         self.rules: "dict[str, list] | None" = {} if rules else None
@@ -321,8 +330,11 @@ class SchemaCompiler:
         return "largest parts of the schema: " + "; ".join(out)
 
     # -- free-form values -----------------------------------------------------
-    def any_value(self, depth: int = FREE_FORM_DEPTH) -> str:
-        """Any JSON value with at most ``depth`` nested containers."""
+    def any_value(self, depth: "int | None" = None) -> str:
+        """Any JSON value with at most ``depth`` nested containers (default: this compile's ``free_form``)."""
+        self.free_form_used = True
+        if depth is None:
+            depth = self.free_form
         if depth not in self._any_cache:
             scalars = [self.string, NUMBER, "true", "false", "null"]
             if depth > 0:
@@ -1189,10 +1201,10 @@ class SchemaCompiler:
         elif extra is False or hi == 0:
             kinds = []
         elif (extra is True or extra == {}) and lo == 0 and hi is None and names_regex is None:
-            return self.check(self.free_object(self.any_value(FREE_FORM_DEPTH - 1)), pointer)
+            return self.check(self.free_object(self.any_value(self.free_form - 1)), pointer)
         else:
             try:
-                value = self.any_value(FREE_FORM_DEPTH - 1) if extra is True or extra == {} else \
+                value = self.any_value(self.free_form - 1) if extra is True or extra == {} else \
                     self.compile(extra, f"{pointer}/additionalProperties", refs, depth + 1)
                 kinds = [("", value)]
             except UnsupportedConstruct as exc:
@@ -1245,7 +1257,7 @@ class SchemaCompiler:
                 sub, where = extra, f"{pointer}/additionalProperties"
             try:
                 value = self.compile(sub, where, refs, depth + 1) if sub is not True and sub != {} \
-                    else self.any_value(FREE_FORM_DEPTH - 1)
+                    else self.any_value(self.free_form - 1)
             except UnsupportedConstruct as exc:
                 if not is_unsatisfiable(exc):
                     raise
@@ -1337,7 +1349,7 @@ class SchemaCompiler:
         element = None
         if more_hi != 0:
             try:
-                element = self.any_value(FREE_FORM_DEPTH - 1) if rest is True or rest == {} else self.compile(rest, rest_where, refs, depth + 1)
+                element = self.any_value(self.free_form - 1) if rest is True or rest == {} else self.compile(rest, rest_where, refs, depth + 1)
             except UnsupportedConstruct as exc:
                 if more_lo > 0 or not is_unsatisfiable(exc):
                     raise
@@ -1372,7 +1384,7 @@ class SchemaCompiler:
         if item is False:
             element = None
         else:
-            element = self.any_value(FREE_FORM_DEPTH - 1) if item is True or item == {} else \
+            element = self.any_value(self.free_form - 1) if item is True or item == {} else \
                 self.compile(item, item_where, refs, depth + 1)
         members = self._unique_values(item, element, refs) if element is not None else []
         if members is None:
@@ -1868,7 +1880,7 @@ def schema_to_regex(schema: dict | bool | str, limits: Limits, escaped: str = ""
 
 
 def compile_schema(schema: dict | bool | str, limits: Limits, escaped: str = "",
-                   recursion: "int | None" = None) -> tuple[str, SchemaCompiler]:
+                   recursion: "int | None" = None, free_form: int = FREE_FORM_DEPTH) -> tuple[str, SchemaCompiler]:
     """The regex and the compiler that built it (its ``largest_parts`` explain a budget refusal).
 
     ``recursion``: how many levels a recursive ``$ref`` is unrolled to; by
@@ -1877,10 +1889,10 @@ def compile_schema(schema: dict | bool | str, limits: Limits, escaped: str = "",
     shallower depths themselves when it passes ``max_automaton_bytes``).
     """
     if recursion is not None:
-        return _compile_schema(schema, limits, escaped, recursion)
+        return _compile_schema(schema, limits, escaped, recursion, free_form)
     for i, levels in enumerate(RECURSION_DEPTHS):
         try:
-            return _compile_schema(schema, limits, escaped, levels)
+            return _compile_schema(schema, limits, escaped, levels, free_form)
         except LimitExceeded as exc:
             if not getattr(exc, "recursion_cut", False) or i == len(RECURSION_DEPTHS) - 1:
                 raise
@@ -1888,7 +1900,7 @@ def compile_schema(schema: dict | bool | str, limits: Limits, escaped: str = "",
 
 
 def _new_compiler(schema: dict | bool | str, limits: Limits, escaped: str, recursion: int,
-                  rules: bool = False) -> SchemaCompiler:
+                  rules: bool = False, free_form: int = FREE_FORM_DEPTH) -> SchemaCompiler:
     root = parse_schema(schema, limits)
     whitespace = WS
     if isinstance(root, dict) and WHITESPACE_KEY in root:
@@ -1896,7 +1908,7 @@ def _new_compiler(schema: dict | bool | str, limits: Limits, escaped: str, recur
             whitespace = check_whitespace_pattern(root[WHITESPACE_KEY])
         except PootError as exc:
             raise type(exc)(f"whitespace_pattern {exc.message}") from None
-    return SchemaCompiler(root, limits, escaped, whitespace, recursion, rules)
+    return SchemaCompiler(root, limits, escaped, whitespace, recursion, rules, free_form)
 
 
 def compile_schema_rules(schema: dict | bool | str, limits: Limits, escaped: str = "") -> tuple[str, SchemaCompiler]:
@@ -1911,8 +1923,9 @@ def compile_schema_rules(schema: dict | bool | str, limits: Limits, escaped: str
     return compiler.compile(compiler.root, "", ()), compiler
 
 
-def _compile_schema(schema: dict | bool | str, limits: Limits, escaped: str, recursion: int) -> tuple[str, SchemaCompiler]:
-    compiler = _new_compiler(schema, limits, escaped, recursion)
+def _compile_schema(schema: dict | bool | str, limits: Limits, escaped: str, recursion: int,
+                    free_form: int = FREE_FORM_DEPTH) -> tuple[str, SchemaCompiler]:
+    compiler = _new_compiler(schema, limits, escaped, recursion, free_form=free_form)
     try:
         # The root counts as entered once, like a $ref target, when "#" refers back to it.
         return compiler.compile(compiler.root, "", ("",) if "" in compiler.cyclic else ()), compiler
@@ -1920,4 +1933,5 @@ def _compile_schema(schema: dict | bool | str, limits: Limits, escaped: str, rec
         raise refusal("<nesting>", "", "the schema is nested too deeply") from None
     except LimitExceeded as exc:
         exc.recursion_cut = compiler.recursion_cut or compiler.cyclic  # type: ignore[attr-defined]
+        exc.free_form_used = compiler.free_form_used  # type: ignore[attr-defined]
         raise

@@ -36,7 +36,8 @@ from poot_vllm.core.errors import ConstraintSyntaxError, LimitExceeded, PootErro
 from poot_vllm.core.limits import DEFAULT_LIMITS, Limits
 from poot_vllm.core.regex.parser import parse
 from poot_vllm.core.tool_calls.codecs import Codec, get_codec
-from poot_vllm.core.json_schema import RECURSION_DEPTHS, canonical_schema_text, schema_to_regex
+from poot_vllm.core.json_schema import (FREE_FORM_DEPTH, FREE_FORM_DEPTHS, RECURSION_DEPTHS, canonical_schema_text,
+                                        schema_to_regex)
 from poot_vllm.core.json_schema.refs import cyclic_targets
 
 if TYPE_CHECKING:
@@ -90,12 +91,14 @@ def _parse_spec(spec: str) -> dict:
     return payload
 
 
-def arguments_regex(parameters: Any, limits: Limits, escaped: str = "", recursion: int | None = None) -> str:
+def arguments_regex(parameters: Any, limits: Limits, escaped: str = "", recursion: int | None = None,
+                    free_form: int = FREE_FORM_DEPTH) -> str:
     """The regex of a tool's arguments (``escaped``: characters spelled only as ``\\u`` escapes in strings;
-    ``recursion``: the levels a recursive ``$ref`` is unrolled to, see json_schema.RECURSION_DEPTHS)."""
+    ``recursion``: the levels a recursive ``$ref`` is unrolled to, see json_schema.RECURSION_DEPTHS;
+    ``free_form``: the containers free-form values nest, see json_schema.FREE_FORM_DEPTHS)."""
     if parameters is None:
         return regex_escape("{}")
-    return schema_to_regex(parameters, limits, escaped=escaped, recursion=recursion)
+    return schema_to_regex(parameters, limits, escaped=escaped, recursion=recursion, free_form=free_form)
 
 
 def _forcing_codec(payload: dict) -> Codec:
@@ -105,8 +108,10 @@ def _forcing_codec(payload: dict) -> Codec:
     return codec
 
 
-def call_regex(spec: str, limits: Limits = DEFAULT_LIMITS, recursion: int | None = None) -> str:
-    """The poot regex of exactly one call to one of the payload's tools (``recursion``: see arguments_regex)."""
+def call_regex(spec: str, limits: Limits = DEFAULT_LIMITS, recursion: int | None = None,
+               free_form: int = FREE_FORM_DEPTH) -> str:
+    """The poot regex of exactly one call to one of the payload's tools (``recursion``, ``free_form``: see
+    arguments_regex)."""
     payload = _parse_spec(spec)
     codec = _forcing_codec(payload)
     # The bound is checked as each tool's part is built, so a flood of tools
@@ -120,7 +125,7 @@ def call_regex(spec: str, limits: Limits = DEFAULT_LIMITS, recursion: int | None
                 raise PootError(f"tool {name!r}: a tool name cannot contain {marker!r}, "
                                 "which would end the call for the model's tool parser")
         try:
-            args = arguments_regex(tool.get("parameters"), limits, codec.escaped_in_arguments, recursion)
+            args = arguments_regex(tool.get("parameters"), limits, codec.escaped_in_arguments, recursion, free_form)
         except PootError as exc:
             exc.message = f"tool {name!r}: {exc.message}"  # which tool's schema, for the 400
             raise
@@ -164,28 +169,41 @@ def compile_tool_call_constraint(spec: str, limits: Limits = DEFAULT_LIMITS) -> 
         grammar = tool_call_grammar(spec, limits)
         if grammar is not None:
             return grammar
-    # ... else unrolled to the deepest level whose automaton fits.
+    # ... else unrolled to the deepest level whose automaton fits, and free-form
+    # values nested as deep as fits (json_schema.FREE_FORM_DEPTHS), as for response_format.
     depths = RECURSION_DEPTHS if recursive else (None,)
     try:
-        for i, levels in enumerate(depths):
-            budget = Budget(limits.max_automaton_bytes)
+        for j, free_form in enumerate(FREE_FORM_DEPTHS):
             try:
-                dfa = regex_tree_to_dfa(parse(call_regex(spec, limits, levels)), budget)
-                if payload.get("parallel"):
-                    dfa = repeat_with_separator(dfa, codec.separator.encode("utf-8"), budget)
-                if codec.prefix or codec.suffix:
-                    dfa = wrap_literals(dfa, codec.prefix.encode("utf-8"), codec.suffix.encode("utf-8"), budget)
-                break
+                return _build_call(spec, limits, codec, payload, depths, free_form)
             except LimitExceeded:
-                if i == len(depths) - 1:
-                    raise
+                if j == len(FREE_FORM_DEPTHS) - 1 or (call_regex(spec, limits, depths[-1], FREE_FORM_DEPTHS[j + 1])
+                                                      == call_regex(spec, limits, depths[-1], free_form)):
+                    raise  # the last depth, or no free-form value in the tools (a shallower one changes nothing)
+        raise AssertionError("unreachable")
     except LimitExceeded as exc:
         explained = largest_tool_parts(spec, limits)
         if not explained or getattr(exc, "what", None) is None:
             raise
         detail = f"{exc.detail}; {explained}" if getattr(exc, "detail", "") else explained
         raise LimitExceeded(exc.what, exc.limit_name, exc.limit, exc.unit, detail) from None
-    return dfa
+
+
+def _build_call(spec: str, limits: Limits, codec: Codec, payload: dict, depths: tuple, free_form: int) -> DFA:
+    """The call's DFA at the deepest of ``depths`` that fits (one budget per try)."""
+    for i, levels in enumerate(depths):
+        budget = Budget(limits.max_automaton_bytes)
+        try:
+            dfa = regex_tree_to_dfa(parse(call_regex(spec, limits, levels, free_form)), budget)
+            if payload.get("parallel"):
+                dfa = repeat_with_separator(dfa, codec.separator.encode("utf-8"), budget)
+            if codec.prefix or codec.suffix:
+                dfa = wrap_literals(dfa, codec.prefix.encode("utf-8"), codec.suffix.encode("utf-8"), budget)
+            return dfa
+        except LimitExceeded:
+            if i == len(depths) - 1:
+                raise
+    raise AssertionError("unreachable")
 
 
 def tool_call_grammar(spec: str, limits: Limits = DEFAULT_LIMITS) -> "Grammar | None":
