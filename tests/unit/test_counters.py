@@ -31,8 +31,15 @@ COUNTED = [
     r'x(?:ab|é){1,18}"',
     r'(?:a|b){0,16}',
     r'(?:ab|a){0,40}b',  # not ambiguous after all: both readings of "b" leave the counter alone
+    # lookaheads beside counted regions (a pattern with max_length or an email next to a long
+    # text field): the assertion construction carries the counter
+    r'(?=[ab]{2,5},)[ab]+,"[ab]{0,20}"',
+    r'(?!ab)[abx]{0,24}"(?:é|x){0,17}',
+    r'"[ab]{0,18}"(?=,"|x)(?:,"[ab]{1,30}")*x?',
 ]
-AMBIGUOUS = [r'[a-z]{0,300}[a-z0-9]', r'x[a-z]{3,40}[xyz]', r'(?:[ab]{0,20}c?)*']
+AMBIGUOUS = [r'[a-z]{0,300}[a-z0-9]', r'x[a-z]{3,40}[xyz]', r'(?:[ab]{0,20}c?)*',
+             r'(?:(?=ab|ba)[ab]){0,30}x',  # an assertion inside the counted item: built expanded
+             r'"[ab]{0,18}"(?=,"|x)(?:,"(?=ba|bb)[ab]{1,30}")*x?']  # a lookahead asking for a second item
 
 
 def _bits(row: np.ndarray) -> set[int]:

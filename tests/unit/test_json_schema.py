@@ -1082,3 +1082,21 @@ def test_a_forced_tool_with_free_form_parameters_is_served_shallower_too():
     call = b'<tool_call>\n{"name": "f", "arguments": {"a":[1,"x"],"b":{"k":null},"c":2.5}}\n</tool_call>'
     assert dfa.matches(call) and dfa.matches(call + b"\n" + call)
     assert not dfa.matches(call.replace(b'[1,"x"]', b"[[1]]"))
+
+
+def test_a_pattern_with_max_length_beside_a_long_text_field_keeps_the_text_counted():
+    # Pydantic's constr(pattern=..., max_length=...) is a lookahead; a lookahead used to expand
+    # every counted repetition of the schema, so a 4000-character body beside it was a 400
+    schema = {"type": "object", "properties": {
+        "slug": {"type": "string", "pattern": "^[a-z0-9-]+$", "maxLength": 40},
+        "body": {"type": "string", "maxLength": 4000}}, "required": ["body", "slug"], "additionalProperties": False}
+    dfa = compile_json_schema(schema)
+    assert dfa.actions is not None  # the body is one loop and a counter
+    ok = b'{"body":"' + b"x" * 4000 + b'","slug":"' + b"a-1" * 13 + b'"}'
+    assert dfa.matches(ok)
+    assert not dfa.matches(ok.replace(b"x" * 4000, b"x" * 4001))
+    assert not dfa.matches(ok.replace(b"a-1" * 13, b"a-1" * 14))  # 42 > maxLength 40
+    assert not dfa.matches(ok.replace(b"a-1" * 13, b"A"))
+    rng = random.Random(7)
+    for _ in range(40):
+        jsonschema.validate(json.loads(conformance.sample_dfa(dfa, rng, max_bytes=20000)), schema)

@@ -302,16 +302,43 @@ def regex_tree_to_dfa(node: ast.Node, budget: Budget, counted: bool = True) -> D
     nfa = _ByteNFA(node, budget, counted=counted)
     if nfa.counted:
         try:
-            table, accepting, actions, limits = _subset_construction(nfa, budget)
-            return finalize(table, accepting, 0, nfa.byte_to_class, actions=actions, limits=limits)
+            if nfa.dynamic:  # lookaheads beside counted regions (never inside one)
+                table, accepting, actions, limits = _LookStates(nfa).subset_construction(budget)
+            else:
+                table, accepting, actions, limits = _subset_construction(nfa, budget)
+            dfa = finalize(table, accepting, 0, nfa.byte_to_class, actions=actions, limits=limits)
+            if nfa.dynamic and not _ends_without_increments(dfa):
+                raise _Ambiguous()
+            return dfa
         except _Ambiguous:
             budget.used = used
             nfa = _ByteNFA(node, budget)
     if nfa.dynamic:
-        table, accepting = _LookStates(nfa).subset_construction(budget)
+        table, accepting, _, _ = _LookStates(nfa).subset_construction(budget)
     else:
         table, accepting, _, _ = _subset_construction(nfa, budget)
     return finalize(table, accepting, 0, nfa.byte_to_class)
+
+
+def _ends_without_increments(dfa: DFA) -> bool:
+    """Whether every state that can finish can finish without a counter
+    increment (``counters.without_increments``: what masks and budgets measure
+    distances on, valid for every counter value).  True by construction with
+    ``lo <= 1``; a lookahead can demand a second item of a region
+    (``(?=ba|bb)[ab]{1,30}``), and such a regex is built expanded instead."""
+    trans = np.asarray(dfa.transitions)
+    noinc = counters.without_increments(trans, dfa.actions)
+
+    def can_finish(table: np.ndarray) -> np.ndarray:
+        done = np.asarray(dfa.accepting, dtype=bool).copy()
+        while True:
+            safe = np.where(table >= 0, table, 0)
+            grown = done | ((table >= 0) & done[safe]).any(axis=1)
+            if (grown == done).all():
+                return done
+            done = grown
+
+    return bool((can_finish(noinc) == can_finish(trans)).all())
 
 
 def regex_tree_matches(node: ast.Node, texts: "list[bytes]", budget: Budget) -> list[bool]:
@@ -366,9 +393,14 @@ class _ByteNFA:
         class_index: dict[ast.Chars, int] = {}
         look_index: dict[ast.Look, int] = {}
         _distinct_classes(node, class_index, look_index)
-        #: Whether large repetitions are counted regions (never with assertions).
+        #: Whether large repetitions are counted regions: never with an assertion
+        #: decided from one class (static: its follow-set closure does not carry
+        #: counter tags), nor with one inside a counted item (checked below);
+        #: lookaheads beside counted regions run in :class:`_LookStates`, which
+        #: carries the tags (a Pydantic model with an EmailStr, or a pattern
+        #: with max_length, and a long text field).
         self.counted = False
-        if counted and not look_index:
+        if counted and not any(_is_static(look) for look in look_index):
             node, self.counted = counters.plan(node)
         static_sets = [look.body.ranges for look in look_index if _is_static(look)]  # type: ignore[union-attr]
         static_sets += [c for look in look_index for c in _context_sets(look)]
@@ -432,6 +464,8 @@ class _ByteNFA:
         ]
         self._pos_class = nfa.pos_class
         self.pos_region = nfa.pos_region
+        #: an assertion inside a counted item: its obligations would have to be per item copy
+        self.look_in_region = any(c < 0 and r >= 0 for c, r in zip(nfa.pos_class, nfa.pos_region))
         self.region_limit = nfa.region_limit
         self._follow = nfa.follow
         self._budget = budget
@@ -707,8 +741,13 @@ class _LookStates:
     """
 
     def __init__(self, nfa: "_ByteNFA") -> None:
+        if nfa.counted and nfa.look_in_region:
+            raise _Ambiguous()
         self.nfa = nfa
         self.final = nfa.final
+        #: counted regions (items may be tagged, ``counters.tag``): each transition's action
+        self.counted = nfa.counted
+        self.action = ACT_NONE  # the action of the last :meth:`step` (counted NFAs)
         self.looks = nfa.looks
         self.slots = [i for i, look in enumerate(nfa.looks) if look is not None and look.behind]
         trackers = tuple(nfa.looks[i].start for i in self.slots)  # type: ignore[union-attr]
@@ -731,6 +770,9 @@ class _LookStates:
         while stack:
             entry = stack.pop()
             p, ob, pending = entry
+            if p < 0:  # a tagged position (counted regions): a character position, kept tagged
+                out.add((p, ob))
+                continue
             if p >= final or pos_class[p] >= 0:
                 if all((p < final and inside[pos_class[p]][j]) != nodes[j].negated for j in pending):
                     out.add((p, ob))
@@ -772,13 +814,20 @@ class _LookStates:
             )
         out: set = set()
         mid_info = self.nfa._mid_info
+        actions: set[int] = set()
         for base, ob in items:
             if base == final:
                 continue
             targets = [target for (lo, end), target in self.nfa.moves(base) if lo <= byte_class < end]
             if not targets:
                 continue
-            prev = base if base < final else mid_info[base - final - 1][0]
+            if base < 0:  # tagged: the move carries the tag's action
+                position, action = counters.untag(base)
+                actions.add(action)
+                prev = position
+            else:
+                actions.add(ACT_NONE)
+                prev = base if base < final else mid_info[base - final - 1][0]
             if ob:
                 kept = []
                 for index, s in ob:
@@ -799,6 +848,10 @@ class _LookStates:
                     self._advance(targets, frozenset(kept), trackers, prev, out)
                 continue
             self._advance(targets, ob, trackers, prev, out)
+        if self.counted:
+            if len(actions) > 1:
+                raise _Ambiguous()  # one byte would both continue an item and start the next, or similar
+            self.action = actions.pop() if actions else ACT_NONE
         return (frozenset(out), trackers) if out else None
 
     def _advance(self, targets: list, ob: frozenset, trackers: tuple, prev: int, out: set) -> None:
@@ -819,9 +872,13 @@ class _LookStates:
             for base, ob in state[0]
         )
 
-    def subset_construction(self, budget: Budget) -> tuple[np.ndarray, np.ndarray]:
-        """Class-level table (n, n_classes), -1 for dead, and accepting flags."""
+    def subset_construction(self, budget: Budget) -> tuple[np.ndarray, np.ndarray, "np.ndarray | None", "np.ndarray | None"]:
+        """Class-level table (n, n_classes), -1 for dead, accepting flags, and for
+        a counted NFA the class-level actions and per-state limits (else None, None)."""
         nfa = self.nfa
+        live_limit = _live_limit(nfa) if self.counted else None
+        action_rows: list[list[int]] = []
+        limits: list[int] = []
         n_classes = int(nfa.byte_to_class[-1]) + 1
         stage = "building the DFA (with assertions)"
 
@@ -838,6 +895,10 @@ class _LookStates:
         while sid < len(states):
             state = states[sid]
             accepting.append(self.accepting(state))
+            if live_limit is not None:
+                limits.append(live_limit(frozenset(base for base, _ in state[0])))
+                action_row = [ACT_NONE] * n_classes
+                action_rows.append(action_row)
             live: set[int] = set()
             for base, _ in state[0]:
                 if base != self.final:
@@ -857,13 +918,19 @@ class _LookStates:
                     states.append(nxt)
                     budget.charge(cost(nxt), stage)
                 row[c] = t
+                if live_limit is not None:
+                    action_row[c] = self.action
                 if t != prev or (c > 0 and row[c - 1] != t):
                     ranges += 1
                 prev = t
             budget.charge(RANGE_BYTES * ranges, stage)
             rows.append(row)
             sid += 1
-        return np.asarray(rows, dtype=np.int32).reshape(len(rows), n_classes), np.asarray(accepting, dtype=bool)
+        table = np.asarray(rows, dtype=np.int32).reshape(len(rows), n_classes)
+        if live_limit is None:
+            return table, np.asarray(accepting, dtype=bool), None, None
+        return (table, np.asarray(accepting, dtype=bool), np.asarray(action_rows, dtype=np.int8).reshape(table.shape),
+                np.asarray(limits, dtype=np.int32))
 
 
 

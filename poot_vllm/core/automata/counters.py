@@ -25,7 +25,10 @@ and start the next one, or both start an item and leave the region
 (``[a-z]{0,300}[a-z0-9]``, ``(?:a|ab){0,99}b``).  The subset construction
 detects it and the regex is built again with every repetition expanded
 (``build.regex_tree_to_dfa``), charged as before, so nothing that compiled
-before is lost.  Regexes with zero-width assertions are built expanded.
+before is lost.  Regexes with an assertion decided by one character class
+(``\\b``, ``(?=\\d)``), with an assertion inside a counted item, or with a
+lookahead that needs a second item of a region (``build._ends_without_increments``)
+are built expanded; other lookarounds run beside the counter (``build._LookStates``).
 
 Consumers: ``masks`` (a mask row per base state, minus the tokens whose
 counted items would pass ``hi`` at the current counter), ``matchers.dfa``
