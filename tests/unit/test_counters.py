@@ -176,3 +176,19 @@ def test_small_limits_are_still_exact(vocab_tokens):
     allowed = _bits(index.row_at(dfa.start, 0))
     for t in allowed - {len(toks)}:
         assert dfa.run(toks[t])[0] >= 0
+
+
+def test_an_ambiguous_repetition_stays_expanded_on_its_own():
+    # the LDH label's [a-z0-9-]{0,19}[a-z0-9] would be an ambiguous region (one byte could continue it or
+    # leave it): it is expanded alone, and the long repetition beside it stays one loop and a counter
+    # (before, the subset construction found the ambiguity and expanded the whole regex: an email
+    # format beside a 4000-character text field was a 400)
+    pattern = r'(?:[a-z](?:[a-z0-9-]{0,19}[a-z0-9])?\.)+[a-z]{2,6}:"[^"]{0,4000}"'
+    dfa = regex_to_dfa(pattern)
+    assert dfa.counted and dfa.n_states < 200
+    rx = re.compile(pattern)
+    rnd = random.Random(4)
+    for _ in range(400):
+        label = "".join(rnd.choice("ab0-") for _ in range(rnd.randint(0, 22)))
+        text = f'x{label}.com:"' + "q" * rnd.choice([0, 5, 3999, 4000, 4001]) + '"'
+        assert dfa.matches(text.encode()) == bool(rx.fullmatch(text)), text

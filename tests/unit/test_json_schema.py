@@ -1100,3 +1100,19 @@ def test_a_pattern_with_max_length_beside_a_long_text_field_keeps_the_text_count
     rng = random.Random(7)
     for _ in range(40):
         jsonschema.validate(json.loads(conformance.sample_dfa(dfa, rng, max_bytes=20000)), schema)
+
+
+def test_an_email_beside_a_long_text_field_is_served_with_the_text_counted():
+    from pydantic import BaseModel, EmailStr, Field
+
+    class Message(BaseModel):
+        to: EmailStr
+        body: str = Field(max_length=4000)
+
+    dfa = compile_json_schema(Message.model_json_schema())
+    assert dfa.actions is not None  # the body is one loop and a counter
+    rng = random.Random(11)
+    for _ in range(40):
+        Message.model_validate_json(conformance.sample_dfa(dfa, rng, max_bytes=20000))  # EmailStr: email_validator
+    assert dfa.matches(b'{"body":"' + b"x" * 4000 + b'","to":"a@example.com"}')
+    assert not dfa.matches(b'{"body":"' + b"x" * 4001 + b'","to":"a@example.com"}')

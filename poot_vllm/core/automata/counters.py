@@ -44,6 +44,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from poot_vllm.core.regex import ast
+from poot_vllm.core.regex import charsets as cs
 
 ACT_NONE = 0
 ACT_INC = 1
@@ -82,24 +83,39 @@ def nullable(node: ast.Node) -> bool:
 def plan(node: ast.Node) -> tuple[ast.Node, bool]:
     """``node`` with its large repetitions made :class:`Counted` (innermost
     first: a repetition whose item holds a counted region stays expanded, so
-    at most one counter is live at a time); and whether any was."""
-    memo: dict[int, tuple[ast.Node, ast.Node, bool]] = {}
+    at most one counter is live at a time); and whether any was.
 
-    def walk(n: ast.Node) -> tuple[ast.Node, bool]:
-        hit = memo.get(id(n))
+    A repetition whose item can start with a character that may also follow
+    it (an LDH label's ``[a-z0-9-]{0,19}[a-z0-9]``) would be an ambiguous
+    region: it stays expanded here, on its own (what follows is
+    over-approximated from the tree), instead of the subset construction
+    finding the ambiguity and building the whole regex expanded."""
+    memo: dict[tuple[int, tuple], tuple[ast.Node, ast.Node, bool]] = {}
+
+    def walk(n: ast.Node, follow: tuple) -> tuple[ast.Node, bool]:
+        key = (id(n), follow)
+        hit = memo.get(key)
         if hit is not None:
             return hit[1], hit[2]
         if isinstance(n, ast.Concat):
-            parts = [walk(i) for i in n.items]
+            follows = []
+            after = follow
+            for item in reversed(n.items):
+                follows.append(after)
+                first, empty = _first(item)
+                after = _union(first, after if empty else ())
+            parts = [walk(i, f) for i, f in zip(n.items, reversed(follows))]
             out: ast.Node = ast.Concat(tuple(p for p, _ in parts))
             has = any(h for _, h in parts)
         elif isinstance(n, ast.Alt):
-            parts = [walk(i) for i in n.items]
+            parts = [walk(i, follow) for i in n.items]
             out, has = ast.Alt(tuple(p for p, _ in parts)), any(h for _, h in parts)
         elif isinstance(n, ast.Repeat):
-            item, inner = walk(n.item)
+            first, _ = _first(n.item)
+            loops = n.max is None or n.max > 1  # the item may follow itself
+            item, inner = walk(n.item, _union(first, follow) if loops else follow)
             out, has = ast.Repeat(item, n.min, n.max), inner
-            if not inner and n.max is not None and not nullable(item):
+            if not inner and n.max is not None and not nullable(item) and not _overlap(first, follow):
                 lo, hi = n.min, n.max
                 if lo <= 1 and hi >= COUNTED_MIN:
                     out, has = Counted(item, lo, hi), True
@@ -107,10 +123,44 @@ def plan(node: ast.Node) -> tuple[ast.Node, bool]:
                     out, has = ast.Concat((ast.Repeat(item, lo - 1, lo - 1), Counted(item, 1, hi - lo + 1))), True
         else:
             out, has = n, False
-        memo[id(n)] = (n, out, has)
+        memo[key] = (n, out, has)
         return out, has
 
-    return walk(node)
+    return walk(node, ())
+
+
+def _union(a: "tuple | list", b: "tuple | list") -> tuple:
+    return tuple(cs.normalize(list(a) + list(b))) if b else tuple(cs.normalize(list(a)))
+
+
+def _overlap(a: "tuple | list", b: "tuple | list") -> bool:
+    return bool(a and b and cs.intersect(cs.normalize(list(a)), cs.normalize(list(b))))
+
+
+def _first(node: ast.Node) -> "tuple[list[tuple[int, int]], bool]":
+    """An over-approximation of the code points ``node`` can start with, and
+    whether it can match the empty string (assertions are transparent)."""
+    if isinstance(node, ast.Chars):
+        return list(node.ranges), False
+    if isinstance(node, (ast.Concat,)):
+        out: list[tuple[int, int]] = []
+        for item in node.items:
+            first, empty = _first(item)
+            out += first
+            if not empty:
+                return out, False
+        return out, True
+    if isinstance(node, ast.Alt):
+        out, empty = [], False
+        for item in node.items:
+            first, e = _first(item)
+            out += first
+            empty = empty or e
+        return out, empty
+    if isinstance(node, (ast.Repeat, Counted)):
+        first, empty = _first(node.item)
+        return first, empty or node.min == 0
+    return [], True  # an assertion or an anchor: zero-width
 
 
 def count_positions(node: ast.Node) -> int:
