@@ -51,6 +51,26 @@ _NO_ROW = np.zeros(0, dtype=np.uint32)
 
 
 @_jit
+def _guard_step(a, hi, m, k, v):
+    """One byte of a guard walk: the action ``a`` read where the live region's
+    bound is ``hi``, from mode ``m`` (0: the start state's own counter, ``k``
+    increments so far; 1: a counter set inside the token, value ``v``; 2:
+    failed).  Returns the new (mode, k, v)."""
+    if m != 2:
+        if a == ACT_INC:
+            if m == 0:
+                k += 1
+            elif v >= hi:
+                m = 2
+            else:
+                v += 1
+        elif a == ACT_SET1:
+            m = 1
+            v = 1
+    return m, k, v
+
+
+@_jit
 def _guard_walk(trans, acts, limit, s, m0, k0, v0, first, end, node_byte, node_depth, node_end, tok_offsets,
                 tok_ids, is_stop, out_tok, out_k, n0, st, mode, kk, vv, work, row):
     """Tokens (non-stop, alive in the plain table) whose validity from state
@@ -92,21 +112,7 @@ def _guard_walk(trans, acts, limit, s, m0, k0, v0, first, end, node_byte, node_d
         if nxt < 0:
             i = node_end[i]
             continue
-        m = mode[d - 1]
-        k = kk[d - 1]
-        v = vv[d - 1]
-        if m != 2:
-            a = acts[p, b]
-            if a == ACT_INC:
-                if m == 0:
-                    k += 1
-                elif v >= limit[p]:
-                    m = 2
-                else:
-                    v += 1
-            elif a == ACT_SET1:
-                m = 1
-                v = 1
+        m, k, v = _guard_step(acts[p, b], limit[p], mode[d - 1], kk[d - 1], vv[d - 1])
         st[d] = nxt
         mode[d] = m
         kk[d] = k

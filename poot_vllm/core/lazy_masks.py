@@ -66,9 +66,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from poot_vllm.core.automata.counters import ACT_INC, ACT_SET1, without_increments
-from poot_vllm.core.counted_masks import (_NO_ROW, NEVER, ROW_MEMO_BYTES, CounterRows, StateGuards, _guard_walk,
-                                          _states_to_walk, clear_bits, counter_tables, state_guards)
+from poot_vllm.core.automata.counters import ACT_SET1, without_increments
+from poot_vllm.core.counted_masks import (_NO_ROW, NEVER, ROW_MEMO_BYTES, CounterRows, StateGuards, _guard_step,
+                                          _guard_walk, _states_to_walk, clear_bits, counter_tables, state_guards)
 from poot_vllm.core.jit import jit_kernel as _jit
 from poot_vllm.core.masks import (_NO_SEEN, UNREACHABLE, DFAMaskIndex, _set_bits, _token_distances, _walk_dfa,
                                   estimate_mask_work, kernel_stops, kernel_tables)
@@ -302,21 +302,7 @@ def _loop_guard_walk(table, tacts, tlimit, m0, node_byte, node_depth, node_end, 
                 n_exit += 1
             i = node_end[i]
             continue
-        m = mode[d - 1]
-        k = kk[d - 1]
-        v = vv[d - 1]
-        if m != 2:
-            a = tacts[p, b]
-            if a == ACT_INC:
-                if m == 0:
-                    k += 1
-                elif v >= tlimit[p]:
-                    m = 2
-                else:
-                    v += 1
-            elif a == ACT_SET1:
-                m = 1
-                v = 1
+        m, k, v = _guard_step(tacts[p, b], tlimit[p], mode[d - 1], kk[d - 1], vv[d - 1])
         st[d] = t
         mode[d] = m
         kk[d] = k

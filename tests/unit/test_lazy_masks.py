@@ -159,14 +159,9 @@ def test_before_the_build_only_the_visited_states_are_walked():
     assert lazy._pending is None and pending._rows == {}  # switched, and the walked rows dropped
 
 
-@settings(max_examples=60, deadline=None)
-@given(st.integers(0, 10**9), st.booleans())
-def test_lazy_equals_eager_on_random_dfas_and_vocabularies(seed, loops):
-    """Random DFAs (random loops, exits anywhere) and vocabularies; with ``loops``
-    every state's row goes through its loop's cached walk."""
-    rng = random.Random(seed)
-    dfa = random_dfa(rng, b"abc", rng.randint(2, 9))
-    vocab = random_vocab(rng, b"abc", rng.randint(3, 12), all_singles=True)
+def _lazy_and_eager(dfa, vocab, loops: bool, rng: random.Random, budgets: list):
+    """A lazy matcher (every state through its loop with ``loops``) and an eager
+    one over ``dfa``, with the same budget drawn from ``budgets``."""
     trie = TokenTrie.build(vocab)
     saved = lazy_masks.LAZY_MAX_NODES
     lazy_masks.LAZY_MAX_NODES = -1 if loops else saved
@@ -175,13 +170,16 @@ def test_lazy_equals_eager_on_random_dfas_and_vocabularies(seed, loops):
     finally:
         lazy_masks.LAZY_MAX_NODES = saved
     assert lazy_eligible(dfa, trie, pending.is_stop, None)
-    eager_index = CompiledDFA.build(dfa, vocab)
-    lazy, eager = LazyDFAMatcher(pending), eager_index.new_matcher()
-    budget = rng.choice([None, rng.randint(1, 12)])
+    lazy, eager = LazyCompiledDFA(pending).new_matcher(), CompiledDFA.build(dfa, vocab).new_matcher()
+    budget = rng.choice(budgets)
     lazy.set_token_budget(budget)
     eager.set_token_budget(budget)
+    return lazy, eager
+
+
+def _same_masks_on_a_random_reply(lazy, eager, vocab, rng: random.Random, steps: int) -> None:
     words = (vocab.size + 31) // 32
-    for _ in range(25):
+    for _ in range(steps):
         a, b = np.zeros(words, np.int32), np.zeros(words, np.int32)
         lazy.fill_bitmask(a)
         eager.fill_bitmask(b)
@@ -191,6 +189,19 @@ def test_lazy_equals_eager_on_random_dfas_and_vocabularies(seed, loops):
             break
         t = rng.choice(allowed)
         assert lazy.accept_tokens([t]) and eager.accept_tokens([t])
+        assert getattr(lazy, "counter", 0) == getattr(eager, "counter", 0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 10**9), st.booleans())
+def test_lazy_equals_eager_on_random_dfas_and_vocabularies(seed, loops):
+    """Random DFAs (random loops, exits anywhere) and vocabularies; with ``loops``
+    every state's row goes through its loop's cached walk."""
+    rng = random.Random(seed)
+    dfa = random_dfa(rng, b"abc", rng.randint(2, 9))
+    vocab = random_vocab(rng, b"abc", rng.randint(3, 12), all_singles=True)
+    lazy, eager = _lazy_and_eager(dfa, vocab, loops, rng, [None, rng.randint(1, 12)])
+    _same_masks_on_a_random_reply(lazy, eager, vocab, rng, 25)
 
 
 COUNTED_PATTERNS = [r"(?:[ab]){0,%d}(?:,c{1,%d})*", r"a(?:b|cc){1,%d}(?:,[ab]{0,%d})?", r"(?:ab){0,%d},(?:[ac]){0,%d}"]
@@ -212,30 +223,8 @@ def test_lazy_equals_eager_on_counted_dfas_with_long_tokens(seed, loops):
     tokens = sorted(set(runs + pieces) | {bytes([b]) for b in b"abc,"})
     rng.shuffle(tokens)
     vocab = make_vocab(tokens + [None], {len(tokens)}, len(tokens) + 3)
-    trie = TokenTrie.build(vocab)
-    saved = lazy_masks.LAZY_MAX_NODES
-    lazy_masks.LAZY_MAX_NODES = -1 if loops else saved
-    try:
-        pending = PendingMasks(dfa, vocab, trie, None)
-    finally:
-        lazy_masks.LAZY_MAX_NODES = saved
-    assert lazy_eligible(dfa, trie, pending.is_stop, None)
-    lazy, eager = LazyCompiledDFA(pending).new_matcher(), CompiledDFA.build(dfa, vocab).new_matcher()
-    budget = rng.choice([None, None, rng.randint(1, 40)])
-    lazy.set_token_budget(budget)
-    eager.set_token_budget(budget)
-    words = (vocab.size + 31) // 32
-    for _ in range(40):
-        a, b = np.zeros(words, np.int32), np.zeros(words, np.int32)
-        lazy.fill_bitmask(a)
-        eager.fill_bitmask(b)
-        assert (a == b).all()
-        allowed = sorted(allowed_set(b, vocab.size))
-        if not allowed or eager.is_terminated():
-            break
-        t = rng.choice(allowed)
-        assert lazy.accept_tokens([t]) and eager.accept_tokens([t])
-        assert lazy.counter == eager.counter
+    lazy, eager = _lazy_and_eager(dfa, vocab, loops, rng, [None, None, rng.randint(1, 40)])
+    _same_masks_on_a_random_reply(lazy, eager, vocab, rng, 40)
 
 
 def test_not_lazy_where_a_byte_has_no_token():

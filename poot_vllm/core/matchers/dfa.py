@@ -162,9 +162,16 @@ class LazyDFAMatcher(DFAMatcher):
             return super()._budget_near()
         return self._tight()
 
+    def _counter_now(self) -> int:
+        """The counter the pending rows are read at (a counted DFA's; 0 otherwise)."""
+        return 0
+
+    def _fill_adopted(self, row: np.ndarray) -> None:
+        DFAMatcher.fill_bitmask(self, row)
+
     def fill_bitmask(self, row: np.ndarray) -> None:
         if self._adopt() or (self._tight() and self._wait()):
-            super().fill_bitmask(row)
+            self._fill_adopted(row)
             return
         pending = self._pending
         if self._terminated:
@@ -173,9 +180,9 @@ class LazyDFAMatcher(DFAMatcher):
         state = self._history[-1]
         if self._tight():  # the full build failed: byte distances (lazy_masks)
             budget = max(self._budget - self._accepted, int(pending.byte_dist[state]))
-            pending.fill_restricted(state, budget, row.view(np.uint32))
+            pending.fill_restricted(state, budget, row.view(np.uint32), self._counter_now())
             return
-        row[...] = pending.row(state)
+        row[...] = pending.row_at(state, self._counter_now())
 
 
 class _CounterMoves:
@@ -270,18 +277,8 @@ class LazyCountedDFAMatcher(_CounterMoves, LazyDFAMatcher):
             return self._index.row_at(state, counter)
         return self._pending.row_at(state, counter)
 
-    def fill_bitmask(self, row: np.ndarray) -> None:
-        if self._adopt() or (self._tight() and self._wait()):
-            self._fill_from_index(row)
-            return
-        pending = self._pending
-        if self._terminated:
-            row[...] = pending.stop_row
-            return
-        state = self._history[-1]
-        c = self._counts[-1]
-        if self._tight():  # the full build failed: byte distances (lazy_masks)
-            budget = max(self._budget - self._accepted, int(pending.byte_dist[state]))
-            pending.fill_restricted(state, budget, row.view(np.uint32), c)
-            return
-        row[...] = pending.row_at(state, c)
+    def _counter_now(self) -> int:
+        return self._counts[-1]
+
+    def _fill_adopted(self, row: np.ndarray) -> None:
+        self._fill_from_index(row)
