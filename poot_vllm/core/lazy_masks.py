@@ -841,12 +841,29 @@ _worker: threading.Thread | None = None
 _worker_lock = threading.Lock()
 
 
+#: Python's GIL switch interval (seconds) while a background build runs.  The
+#: build's Python and numpy code holds the GIL between its nogil kernels; a
+#: thread that wants the GIL then (vLLM's scheduler filling masks, the first
+#: fill of a new request) waits until the build yields or the interpreter
+#: forces a switch, by default after 5 ms.  While a build runs the forced
+#: switch comes after this instead (the default is restored when the queue is
+#: empty).  ``POOT_BUILD_SWITCH_INTERVAL`` (seconds; 0 leaves it alone).
+BUILD_SWITCH_INTERVAL = float(os.environ.get("POOT_BUILD_SWITCH_INTERVAL", "0.0005"))
+
+
 def _work() -> None:
+    import sys
+
+    default = sys.getswitchinterval()
     while True:
         pending = _jobs.get()
+        if 0 < BUILD_SWITCH_INTERVAL < default:
+            sys.setswitchinterval(BUILD_SWITCH_INTERVAL)
         try:
             pending.run()
         finally:
+            if _jobs.empty():  # restored before task_done, so drain() sees the default
+                sys.setswitchinterval(default)
             _jobs.task_done()
 
 

@@ -354,3 +354,26 @@ def test_near_the_mask_work_limit_the_index_is_built_before_the_first_mask():
     assert not lazy_eligible(dfa, trie, is_stop, estimate * lazy_masks.LAZY_WORK_SHARE - 1)
     with pytest.raises(LimitExceeded):
         CompiledDFA.build(dfa, FULL, max_work=estimate // 100, lazy=True)
+
+
+def test_a_background_build_shortens_the_gil_switch_interval_while_it_runs():
+    # the build's Python code holds the GIL between its kernels; a scheduler thread that
+    # wants it then waits at most the switch interval (5 ms by default, 0.5 ms during builds)
+    import sys
+    import threading
+
+    before = sys.getswitchinterval()
+    started, release, seen = threading.Event(), threading.Event(), []
+
+    class Build:
+        def run(self):
+            seen.append(sys.getswitchinterval())
+            started.set()
+            release.wait(10)
+
+    lazy_masks.submit(Build())
+    assert started.wait(10)
+    assert seen == [lazy_masks.BUILD_SWITCH_INTERVAL] and lazy_masks.BUILD_SWITCH_INTERVAL < before
+    release.set()
+    lazy_masks.drain()
+    assert sys.getswitchinterval() == before
