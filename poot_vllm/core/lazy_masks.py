@@ -14,10 +14,12 @@ per process, numba kernels run without the GIL) and every matcher switches
 to it at its next step.
 
 Exactly the same masks, which is why this is only used where it is provable
-(:func:`lazy_eligible`):
+(:func:`lazy_eligible`, and :attr:`PendingMasks.dead_end` once its byte
+distances are known):
 
 * every byte the DFA can read is a one-byte text token of the vocabulary
-  (byte-level BPE, SentencePiece with byte fallback).  Then no state is
+  (byte-level BPE, SentencePiece with byte fallback), and every state can
+  finish over the moves every counter value allows.  Then no state is
   token-dead, so a state's row is the build's first-pass row (one walk,
   :meth:`PendingMasks.row`), and every state's token distance is at most its
   byte distance plus the stop token: ``bound`` (the largest of those) bounds
@@ -545,12 +547,10 @@ _one_byte: "weakref.WeakKeyDictionary[TokenTrie, tuple[np.ndarray, np.ndarray]]"
 
 def lazy_eligible(dfa: Any, trie: TokenTrie, is_stop: np.ndarray, max_work: int | None) -> bool:
     """Whether masks may be served before the full index (module docstring)."""
-    trans, accepting = kernel_tables(dfa)
+    trans, _ = kernel_tables(dfa)
     read = (trans >= 0).any(axis=0)
     if (read & ~_spelled_bytes(trie, is_stop)).any():
         return False
-    if (byte_distances(without_increments(trans, getattr(dfa, "actions", None)), accepting, 1) >= UNREACHABLE).any():
-        return False  # a dead end: the full build refuses the tokens into it, one walk cannot know
     return max_work is None or estimate_mask_work(dfa, trie.size) * LAZY_WORK_SHARE <= max_work
 
 
@@ -628,6 +628,13 @@ class PendingMasks:
     @property
     def n_states(self) -> int:
         return int(self.transitions.shape[0])
+
+    @property
+    def dead_end(self) -> bool:
+        """Whether some state cannot finish over the moves every counter allows:
+        the full build refuses the tokens into it, which one walk cannot know
+        (so such a DFA is not served lazily)."""
+        return bool((self.byte_dist >= UNREACHABLE).any())
 
     @property
     def over_memory(self) -> bool:

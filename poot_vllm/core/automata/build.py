@@ -326,19 +326,9 @@ def _ends_without_increments(dfa: DFA) -> bool:
     distances on, valid for every counter value).  True by construction with
     ``lo <= 1``; a lookahead can demand a second item of a region
     (``(?=ba|bb)[ab]{1,30}``), and such a regex is built expanded instead."""
-    trans = np.asarray(dfa.transitions)
-    noinc = counters.without_increments(trans, dfa.actions)
-
-    def can_finish(table: np.ndarray) -> np.ndarray:
-        done = np.asarray(dfa.accepting, dtype=bool).copy()
-        while True:
-            safe = np.where(table >= 0, table, 0)
-            grown = done | ((table >= 0) & done[safe]).any(axis=1)
-            if (grown == done).all():
-                return done
-            done = grown
-
-    return bool((can_finish(noinc) == can_finish(trans)).all())
+    # finalize trims the dead states: every state can finish with increments
+    noinc = counters.without_increments(np.asarray(dfa.transitions), dfa.actions)
+    return bool(live_states(noinc, np.asarray(dfa.accepting, dtype=bool)).all())
 
 
 def regex_tree_matches(node: ast.Node, texts: "list[bytes]", budget: Budget) -> list[bool]:

@@ -34,10 +34,11 @@ class CompiledDFA:
         if lazy and lazy_masks.has_room() and lazy_masks.lazy_eligible(dfa, trie, kernel_stops(vocab, trie)[1],
                                                                        max_work):
             pending = PendingMasks(dfa, vocab, trie, max_work)
-            pending.prefetch()  # the long walks now, not at a first visit in the scheduler
-            if not pending.over_memory:
-                lazy_masks.submit(pending)
-                return LazyCompiledDFA(pending)
+            if not pending.dead_end:
+                pending.prefetch()  # the long walks now, not at a first visit in the scheduler
+                if not pending.over_memory:
+                    lazy_masks.submit(pending)
+                    return LazyCompiledDFA(pending)
         return cls(DFAMaskIndex.build(dfa, vocab, trie, max_work=max_work))
 
     @property

@@ -108,6 +108,14 @@ def _forcing_codec(payload: dict) -> Codec:
     return codec
 
 
+def _checked_name(codec: Codec, name: str) -> str:
+    for marker in codec.reserved:
+        if marker in name:
+            raise PootError(f"tool {name!r}: a tool name cannot contain {marker!r}, "
+                            "which would end the call for the model's tool parser")
+    return name
+
+
 def call_regex(spec: str, limits: Limits = DEFAULT_LIMITS, recursion: int | None = None,
                free_form: int = FREE_FORM_DEPTH) -> str:
     """The poot regex of exactly one call to one of the payload's tools (``recursion``, ``free_form``: see
@@ -119,11 +127,7 @@ def call_regex(spec: str, limits: Limits = DEFAULT_LIMITS, recursion: int | None
     alternatives = []
     total = 0
     for i, tool in enumerate(payload["tools"]):
-        name = tool["name"]
-        for marker in codec.reserved:
-            if marker in name:
-                raise PootError(f"tool {name!r}: a tool name cannot contain {marker!r}, "
-                                "which would end the call for the model's tool parser")
+        name = _checked_name(codec, tool["name"])
         try:
             args = arguments_regex(tool.get("parameters"), limits, codec.escaped_in_arguments, recursion, free_form)
         except PootError as exc:
@@ -224,11 +228,7 @@ def tool_call_grammar(spec: str, limits: Limits = DEFAULT_LIMITS) -> "Grammar | 
     rules: list[Rule] = []
     calls = []
     for i, tool in enumerate(payload["tools"]):
-        name, parameters = tool["name"], tool.get("parameters")
-        for marker in codec.reserved:
-            if marker in name:
-                raise PootError(f"tool {name!r}: a tool name cannot contain {marker!r}, "
-                                "which would end the call for the model's tool parser")
+        name, parameters = _checked_name(codec, tool["name"]), tool.get("parameters")
         try:
             if isinstance(parameters, dict) and cyclic_targets(parameters):
                 grammar = schema_grammar(parameters, limits, codec.escaped_in_arguments)
