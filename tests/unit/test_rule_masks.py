@@ -155,6 +155,96 @@ def test_a_grammar_whose_every_state_accepts_is_modelled():
 
 # ---------------------------------------------------- real vocabularies
 
+# ------------------------------------------------ remembered masks (shared by replies)
+
+_BRACKETS = 'root ::= group+\ngroup ::= "(" group* ")" | "[" group* "]"\n'
+_CLOSERS = [b"))", b")]", b"])", b"]]", b")))", b"))]", b")])", b"]))", b"()", b"[]", b"((", b")("]
+MEMO_VOCAB = TokenVocabulary(tuple([bytes([b]) for b in range(256)] + _CLOSERS + [None]),
+                             frozenset({256 + len(_CLOSERS)}), 256 + len(_CLOSERS) + 1, "raw")
+
+
+def _at(compiled, text: bytes):
+    m = compiled.new_matcher()
+    assert m.accept_tokens(list(text))
+    return m
+
+
+def test_a_mask_is_shared_by_replies_whose_stacks_agree_as_deep_as_it_reads():
+    """The memo keys a mask by the top of the stack its walk read: stacks that
+    differ only deeper share one mask (one slot); stacks that differ where a
+    closing token reads get their own, and every mask is xgrammar's."""
+    comp = compile_grammar(_BRACKETS, MEMO_VOCAB)
+    a = _at(comp, b"[((((((")  # 7 frames; the top six are "(" groups
+    b = _at(comp, b"(((((((")  # ... the same six, another bottom
+    c = _at(comp, b"[[(")      # differs within reach of ")])" and "))]"
+    for m, text in ((a, b"[(((((("), (b, b"((((((("), (c, b"[[(")):
+        ref = plain_matcher(_BRACKETS, MEMO_VOCAB)
+        assert ref.accept_tokens(list(text))
+        assert _allowed(m) == _allowed(ref), text
+    slot = {id(m): set(m._configs.memo_slots.values()) for m in (a, b, c)}
+    assert slot[id(a)] and slot[id(a)] == slot[id(b)]
+    assert not slot[id(a)] & slot[id(c)]
+
+
+@pytest.mark.parametrize("order", [0, 1, 2])
+def test_remembered_masks_equal_xgrammars_across_replies_and_orders(order):
+    """Many replies over one compiled grammar (one memo), in different orders:
+    every mask still equals xgrammar's, rollbacks included."""
+    rng = random.Random(order)
+    comp = compile_grammar(_BRACKETS, MEMO_VOCAB)
+    texts = [bytes(rng.choice(b"([") for _ in range(rng.randint(1, 9))) for _ in range(12)]
+    for text in texts:
+        mine = _at(comp, text)
+        ref = plain_matcher(_BRACKETS, MEMO_VOCAB)
+        assert ref.accept_tokens(list(text))
+        for step in range(8):
+            assert _allowed(mine) == _allowed(ref), (text, step)
+            allowed = [t for t in _allowed(mine) if t != min(MEMO_VOCAB.stop_ids)]
+            if not allowed:
+                break
+            t = rng.choice(allowed)
+            assert mine.accept_tokens([t]) and ref.accept_tokens([t])
+        mine.rollback(1)
+        ref.rollback(1)
+        assert _allowed(mine) == _allowed(ref)
+
+
+def test_masks_filled_from_threads_equal_the_serial_ones():
+    """vLLM fills a batch from a thread pool: replies of one grammar share its memo."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    comp = compile_grammar(GRAMMARS["arithmetic"][0], VOCAB)
+    rng = random.Random(7)
+    replies = []
+    for _ in range(16):
+        m, out = comp.new_matcher(), []
+        for _ in range(20):
+            allowed = [t for t in _allowed(m) if t != STOP]
+            if not allowed:
+                break
+            out.append(rng.choice(allowed))
+            m.accept_tokens(out[-1:])
+        replies.append(out)
+    expected = []
+    for ids in replies:
+        ref, masks = plain_matcher(GRAMMARS["arithmetic"][0]), []
+        for t in ids:
+            masks.append(_allowed(ref))
+            ref.accept_tokens([t])
+        expected.append(masks)
+
+    def walk(ids):
+        m, masks = comp.new_matcher(), []
+        for t in ids:
+            masks.append(_allowed(m))
+            m.accept_tokens([t])
+        return masks
+
+    with ThreadPoolExecutor(4) as pool:
+        for _ in range(3):
+            assert list(pool.map(walk, replies)) == expected
+
+
 @pytest.fixture(scope="module", params=("llama2-spm-32k", "llama3-bpe-128k"))
 def real_vocab(request):
     from transformers import AutoTokenizer
@@ -230,4 +320,5 @@ def test_masks_equal_xgrammars_on_random_grammars(gbnf, seed):
     except PootError:
         assume(False)
     assume(rule_automata(grammar) is not None)  # left recursion stays on xgrammar
-    _walk_both(gbnf, RANDOM_VOCAB, random.Random(seed), 12)
+    for k in range(3):  # several replies over one compiled grammar: masks remembered from one serve the next
+        _walk_both(gbnf, RANDOM_VOCAB, random.Random(seed + k), 12)

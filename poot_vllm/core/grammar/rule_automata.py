@@ -447,6 +447,11 @@ def _one_byte_increase(byte_next: np.ndarray, call_off: np.ndarray, starts: np.n
 # ---------------------------------------------------------- configurations
 
 
+#: Frame slots a reply's arena starts with (its frames plus a walk's pushes;
+#: grammar.rule_masks.RuleMasks.frame_spare is 4096).
+ARENA_START = 1024 + 4096
+
+
 class Configurations:
     """The parse configurations of one reply, byte by byte (one per matcher).
 
@@ -462,11 +467,17 @@ class Configurations:
         self._parent: list[int] = []
         self._cum: list[int] = []
         self._intern: dict[tuple[int, int], int] = {}
+        #: configurations -> (slot, stamp) of their mask in the grammar's memo
+        #: (grammar.rule_masks.RuleMasks.fill; valid while the stamp is unchanged)
+        self.memo_slots: dict[tuple[tuple[int, int], ...], tuple[int, int]] = {}
         tables = model.python_tables  # shared by every reply of the grammar
         self._calls, self._byte_next, self._dist, self._accepting, self._nullable_start, self._first = tables
         # The frames again as arrays for the mask kernels, with room after them
-        # for the frames a walk pushes (scratch; see arena()).
-        self._arrays = np.empty((3, 1024), dtype=np.int32)
+        # for the frames a walk pushes (scratch; see arena()): sized for a
+        # walk's usual spare from the start, so the first mask does not copy.
+        self._arrays = np.empty((4, ARENA_START), dtype=np.int32)
+        #: views of the frames' return states and parents (kept with the arena)
+        self.frames = (self._arrays[0], self._arrays[1])
 
     def initial(self) -> tuple[tuple[int, int], ...]:
         return ((self.m.start, -1),)
@@ -482,10 +493,12 @@ class Configurations:
             self._cum.append(cum)
             if f >= self._arrays.shape[1]:
                 self._arrays = np.concatenate([self._arrays, np.empty_like(self._arrays)], axis=1)
+                self.frames = (self._arrays[0], self._arrays[1])
             arrays = self._arrays
             arrays[0, f] = ret
             arrays[1, f] = parent
             arrays[2, f] = cum
+            arrays[3, f] = 1 + (int(arrays[3, parent]) if parent >= 0 else 0)  # frames from the root
         return f
 
     def cost(self, config: tuple[int, int]) -> int:
@@ -524,14 +537,16 @@ class Configurations:
             configs = self.step(configs, byte)
         return configs
 
-    def arena(self, spare: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
-        """The frames as arrays ``(ret, parent, cum, n)`` for a kernel, with at least
-        ``spare`` free slots after the ``n`` in use (the kernel's own pushes land
-        there and are forgotten)."""
+    def arena(self, spare: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
+        """The frames as arrays ``(ret, parent, cum, height, n)`` for a kernel,
+        with at least ``spare`` free slots after the ``n`` in use (the kernel's
+        own pushes land there and are forgotten).  ``height`` counts a frame's
+        stack from the root (1: a frame of the root's level)."""
         n = len(self._ret)
         if self._arrays.shape[1] < n + spare:
-            grown = np.empty((3, max(n + spare, 2 * self._arrays.shape[1])), dtype=np.int32)
+            grown = np.empty((4, max(n + spare, 2 * self._arrays.shape[1])), dtype=np.int32)
             grown[:, :n] = self._arrays[:, :n]
             self._arrays = grown
+            self.frames = (grown[0], grown[1])
         a = self._arrays
-        return a[0], a[1], a[2], n
+        return a[0], a[1], a[2], a[3], n

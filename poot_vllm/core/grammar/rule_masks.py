@@ -48,17 +48,48 @@ _NONE.flags.writeable = False
 PRECOMPUTE_VISITS_PER_NODE = 64
 #: Stored rows may take at most this many bytes per grammar and vocabulary.
 MAX_ROW_BYTES = 64 * 1024 * 1024
+#: Masks remembered per grammar and vocabulary for configurations that read
+#: the stack below (oldest dropped first); charged in ``nbytes`` at this bound.
+MEMO_BYTES = 8 * 1024 * 1024
+#: ... and at most this many masks.
+MEMO_MAX_ROWS = 4096
+#: The memo is set-associative: a key's hash picks a set of this many slots.
+_MEMO_WAYS = 4
+#: Frames a memo key may name (deeper reads are filled, not remembered).
+_MEMO_KEY = 62
+
+
+@_jit
+def _read_frame(fr_height, trk, cf):
+    """Record that a walk read stack frame ``cf`` (its return state and parent;
+    ``-1``: the stack's end) when ``trk[0]`` (the frames of the stack, 0: not
+    tracked) is set: ``trk[2]`` is the deepest read, counted from the top
+    frame (0) whose height is ``trk[1]``; the stack's end is at depth
+    ``trk[1]``.  Frames a walk pushes itself (``cf >= trk[0]``) are not the
+    stack's.  A mask that read no deeper than ``d`` is the mask of every stack
+    with the same ``d + 1`` top frames (:func:`_memo_lookup`)."""
+    if trk[0] == 0:
+        return
+    if cf < 0:
+        d = trk[1]
+    elif cf < trk[0]:
+        d = trk[1] - fr_height[cf]
+    else:
+        return
+    if d > trk[2]:
+        trk[2] = d
 
 
 @_jit
 def _explore(byte_next, call_off, call_start, call_ret, accepting, first, dist,
-             g, f, b, fr_ret, fr_parent, fr_cum, nf, scr, res, flags):
+             g, f, b, fr_ret, fr_parent, fr_cum, fr_height, nf, scr, res, flags, trk):
     """The configurations ``(g, f)`` reaches by reading byte ``b`` into
     ``res[0, :n]``/``res[1, :n]``; returns ``n``, or -1 when a scratch area is
     full.  Calls push frames at ``fr_*[nf[0]]`` (``nf[0]`` is advanced).
     ``flags[0]`` is set to 1 when a state of the base level (``f == -1``)
     accepts on the way: a return below the walk's frames, which the caller
-    reads as "the reply may end here" or "the frame below reads ``b``"."""
+    reads as "the reply may end here" or "the frame below reads ``b``".
+    Frames of the stack read on the way are recorded (:func:`_read_frame`)."""
     flags[0] = 0
     cap = scr.shape[1]
     cap_frames = fr_ret.shape[0]
@@ -117,19 +148,56 @@ def _explore(byte_next, call_off, call_start, call_ret, accepting, first, dist,
             if cf >= 0:
                 if ne >= cap:
                     return -1
+                _read_frame(fr_height, trk, cf)
                 scr[0, ne] = fr_ret[cf]
                 scr[1, ne] = fr_parent[cf]
                 ne += 1
             else:
+                _read_frame(fr_height, trk, cf)
                 flags[0] = 1
     return n_res
 
 
+#: Frames a walk reads down a chain of finished frames for the bytes a
+#: configuration can read next; past it every byte counts as readable.
+_VIABLE_CHAIN = 64
+
+
+@_jit
+def _viable(first_bits, dist, fr_ret, fr_parent, fr_height, trk, g, f, below_any):
+    """The bytes configuration ``(g, f)`` can read next (4 x 64 bits): ``g``'s
+    own, and while the state may end (distance 0) those of the frame below.
+    At the base level (``f < 0``) a finished state reads nothing more unless
+    ``below_any`` (the precomputation: an unknown frame below may read any byte)."""
+    v0 = np.uint64(0)
+    v1 = np.uint64(0)
+    v2 = np.uint64(0)
+    v3 = np.uint64(0)
+    all_ones = ~np.uint64(0)
+    cg = g
+    cf = f
+    for _ in range(_VIABLE_CHAIN):
+        v0 |= first_bits[cg, 0]
+        v1 |= first_bits[cg, 1]
+        v2 |= first_bits[cg, 2]
+        v3 |= first_bits[cg, 3]
+        if dist[cg] != 0:
+            return v0, v1, v2, v3
+        _read_frame(fr_height, trk, cf)
+        if cf < 0:
+            if below_any:
+                return all_ones, all_ones, all_ones, all_ones
+            return v0, v1, v2, v3
+        cg = fr_ret[cf]
+        cf = fr_parent[cf]
+    return all_ones, all_ones, all_ones, all_ones
+
+
 @_jit
 def _walk_items(byte_next, call_off, call_start, call_ret, accepting, first, dist,
-                node_byte, node_depth, node_end, tok_offsets, tok_ids, max_depth,
-                items, n_items, fr_ret, fr_parent, fr_cum, nf, limit, row, work_cap,
-                ws, scr, res, flags, bnd_out, bnd_stamp, stamp, counts, inc1, sub_max):
+                node_byte, node_depth, node_end, tok_offsets, tok_ids, max_depth, first_bits,
+                items, n_items, fr_ret, fr_parent, fr_cum, fr_height, nf, limit, row, work_cap,
+                ws, scr, res, flags, bnd_out, bnd_stamp, stamp, counts, inc1, sub_max, trk):
     """Walk the trie from the work items ``items[:, :n_items]`` (trie node,
     state, frame: the configuration after reading the node's bytes) and OR
     into ``row`` (uint32 words) every token at a visited node other than the
@@ -188,10 +256,18 @@ def _walk_items(byte_next, call_off, call_start, call_ret, accepting, first, dis
             continue
         j = i + 1
         end = node_end[i]
+        if j == end:
+            continue  # a leaf: nothing below to read (nor frames to read for it)
+        # Only the children whose byte the configuration can read at all are explored.
+        v0, v1, v2, v3 = _viable(first_bits, dist, fr_ret, fr_parent, fr_height, trk, g, f, record)
         while j < end:
             b = node_byte[j]
+            vw = v0 if b < 64 else (v1 if b < 128 else (v2 if b < 192 else v3))
+            if (vw >> np.uint64(b & 63)) & np.uint64(1) == 0:
+                j = node_end[j]
+                continue
             n_res = _explore(byte_next, call_off, call_start, call_ret, accepting, first, dist,
-                             g, f, b, fr_ret, fr_parent, fr_cum, nf, scr, res, flags)
+                             g, f, b, fr_ret, fr_parent, fr_cum, fr_height, nf, scr, res, flags, trk)
             if n_res < 0:
                 counts[0] = work
                 return n_res
@@ -220,8 +296,8 @@ def _walk_items(byte_next, call_off, call_start, call_ret, accepting, first, dis
 @_jit
 def _fill(byte_next, call_off, call_start, call_ret, accepting, first, dist,
           node_byte, node_depth, node_end, tok_offsets, tok_ids, max_depth, first_bits,
-          cfg_g, cfg_f, fr_ret, fr_parent, fr_cum, nf, state_row, rows, grp_off, grp_byte, grp_tok_start, grp_tok,
-          grp_start, bnd_node, row, work_cap, items, ws, scr, res, flags, counts):
+          cfg_g, cfg_f, fr_ret, fr_parent, fr_cum, fr_height, nf, state_row, rows, grp_off, grp_byte, grp_tok_start,
+          grp_tok, grp_start, bnd_node, row, work_cap, items, ws, scr, res, flags, counts, trk):
     """The grammar mask of the configurations ``(cfg_g[k], cfg_f[k])`` into
     ``row`` (uint32 words, zeroed here): each state's stored row, plus the
     tokens that return from its frame, walked from the frame below.  Returns
@@ -232,15 +308,17 @@ def _fill(byte_next, call_off, call_start, call_ret, accepting, first, dist,
     the chain of frames that may end without reading), so only those bytes
     are explored -- a deep stack of finished frames (``-(-(-(1``) is walked
     once, not once per byte."""
-    row[:] = 0
     n_items = 0
     viable = np.zeros(4, dtype=np.uint64)
     for k in range(cfg_g.shape[0]):
         g = cfg_g[k]
         f = cfg_f[k]
         stored = rows[state_row[g]]
-        for w in range(row.shape[0]):
-            row[w] |= stored[w]
+        if k == 0:
+            row[:] = stored
+        else:
+            for w in range(row.shape[0]):
+                row[w] |= stored[w]
         if f < 0:
             continue  # a return from the root's level ends the reply: no bytes follow
         below_g = fr_ret[f]
@@ -248,10 +326,14 @@ def _fill(byte_next, call_off, call_start, call_ret, accepting, first, dist,
         viable[:] = 0
         cg = below_g
         cf = below_f
+        _read_frame(fr_height, trk, f)
         while True:
             for w in range(4):
                 viable[w] |= first_bits[cg, w]
-            if dist[cg] != 0 or cf < 0:
+            if dist[cg] != 0:
+                break
+            _read_frame(fr_height, trk, cf)
+            if cf < 0:
                 break
             cg = fr_ret[cf]
             cf = fr_parent[cf]
@@ -262,7 +344,7 @@ def _fill(byte_next, call_off, call_start, call_ret, accepting, first, dist,
             if (viable[b >> 6] >> np.uint64(b & 63)) & np.uint64(1) == 0:
                 continue  # no frame below can read b
             n_res = _explore(byte_next, call_off, call_start, call_ret, accepting, first, dist,
-                             below_g, below_f, b, fr_ret, fr_parent, fr_cum, nf, scr, res, flags)
+                             below_g, below_f, b, fr_ret, fr_parent, fr_cum, fr_height, nf, scr, res, flags, trk)
             if n_res < 0:
                 return n_res
             if n_res == 0:
@@ -285,9 +367,111 @@ def _fill(byte_next, call_off, call_start, call_ret, accepting, first, dist,
                     n_items += 1
     no_bnd = np.zeros(0, dtype=np.int32)
     return _walk_items(byte_next, call_off, call_start, call_ret, accepting, first, dist,
-                       node_byte, node_depth, node_end, tok_offsets, tok_ids, max_depth,
-                       items, n_items, fr_ret, fr_parent, fr_cum, nf, np.int32(2**30 + 2**29), row, work_cap,
-                       ws, scr, res, flags, no_bnd, no_bnd, 0, counts, 0, no_bnd)
+                       node_byte, node_depth, node_end, tok_offsets, tok_ids, max_depth, first_bits,
+                       items, n_items, fr_ret, fr_parent, fr_cum, fr_height, nf, np.int32(2**30 + 2**29), row,
+                       work_cap, ws, scr, res, flags, no_bnd, no_bnd, 0, counts, 0, no_bnd, trk)
+
+
+@_jit
+def _key_hash(key, n):
+    """FNV-1a over ``key[1:n]``."""
+    h = np.uint64(14695981039346656037)
+    for k in range(1, n):
+        h = (h ^ np.uint64(key[k] & 0xFFFFFFFF)) * np.uint64(1099511628211)
+    return h
+
+
+@_jit
+def _memo_set(h, memo_keys):
+    """The first slot of the set a hash picks (after a finalising mix: FNV
+    alone leaves keys that differ in one small state number in one set)."""
+    h ^= h >> np.uint64(33)
+    h *= np.uint64(0xFF51AFD7ED558CCD)
+    h ^= h >> np.uint64(33)
+    return int(h % np.uint64((memo_keys.shape[0] - 1) // _MEMO_WAYS)) * _MEMO_WAYS
+
+
+@_jit
+def _memo_lookup(g, top, fr_ret, fr_parent, passes, memo_keys, memo_rows, memo_used, key_depth, row):
+    """The remembered mask of the configuration ``(g, top)`` into ``row``: its
+    slot, or -1.
+
+    A mask whose walk read the stack only down to depth ``d``
+    (:func:`_read_frame`) is remembered under ``g`` and the return states of
+    the ``d + 1`` top frames (-1 where that reaches the stack's end): every
+    stack that starts the same way has the same mask, across replies.  So a
+    lookup tries each prefix of the stack, shortest first, up to
+    :data:`_MEMO_KEY` frames; the longest key it could match is left in
+    ``memo_keys[-1]`` (length in ``[0]``) for :func:`_memo_store`, with the
+    depth of each entry's frame in ``key_depth``.  Frames whose return state
+    can only return again (``passes``: accepting, reads no byte) are left out
+    of keys: however many of them a stack holds, the walk passes through them.
+    The memo is set-associative (:data:`_MEMO_WAYS` slots per set);
+    ``memo_used`` holds each slot's last-use stamp, then the clock."""
+    key = memo_keys[-1]
+    key[1] = g
+    n = 2
+    cf = top
+    depth = 0
+    while n < key.shape[0] and cf >= 0:
+        r = fr_ret[cf]
+        if not passes[r]:
+            key[n] = r
+            key_depth[n] = depth
+            n += 1
+        cf = fr_parent[cf]
+        depth += 1
+    if cf < 0 and n < key.shape[0]:
+        key[n] = -1
+        key_depth[n] = depth
+        n += 1
+    key[0] = n
+    memo_used[-1] += 1
+    clock = memo_used[-1]
+    slots = memo_keys.shape[0] - 1
+    h = np.uint64(14695981039346656037)
+    for length in range(2, n + 1):
+        h = (h ^ np.uint64(key[length - 1] & 0xFFFFFFFF)) * np.uint64(1099511628211)
+        base = _memo_set(h, memo_keys)
+        for s in range(base, base + _MEMO_WAYS):
+            if memo_keys[s, 0] != length:
+                continue
+            same = True
+            for k in range(1, length):
+                if memo_keys[s, k] != key[k]:
+                    same = False
+                    break
+            if same:
+                row[:] = memo_rows[s]
+                if memo_used[s] < clock - slots:
+                    memo_used[s] = clock  # (refreshed rarely: replies remember (slot, stamp) pairs)
+                return s
+    return -1
+
+
+@_jit
+def _memo_store(memo_keys, memo_rows, memo_used, key_depth, row, depth):
+    """Remember ``row``, the mask of the configuration whose stack
+    :func:`_memo_lookup` last keyed, read down to ``depth`` (-1: not at all)
+    by its walk; replaces the set's least recently used slot.  Returns the
+    slot, or -1 when the key would be longer than a key holds."""
+    key = memo_keys[-1]
+    n = 2
+    while n < key[0] and key_depth[n] <= depth:
+        n += 1
+    if n == key[0] and key[n - 1] != -1 and depth > key_depth[n - 1]:
+        return -1  # read deeper than the key reaches (it is full)
+    base = _memo_set(_key_hash(key, n), memo_keys)
+    oldest = base
+    for s in range(base, base + _MEMO_WAYS):
+        if memo_used[s] < memo_used[oldest]:
+            oldest = s
+    memo_keys[oldest, 0] = n
+    memo_keys[oldest, 1:n] = key[1:n]
+    memo_rows[oldest] = row
+    memo_used[-1] += 1
+    memo_used[oldest] = memo_used[-1]
+    return oldest
 
 
 @_jit
@@ -317,7 +501,9 @@ class _Scratch(threading.local):
                           np.empty((2, _EXPLORE_CAP), dtype=np.int32),   # res
                           np.zeros(1, dtype=np.int32),                   # flags
                           np.zeros(2, dtype=np.int64),                   # counts
-                          np.zeros(1, dtype=np.int64))                   # nf
+                          np.zeros(1, dtype=np.int64),                   # nf
+                          np.empty((2, 16), dtype=np.int32),             # configurations
+                          np.zeros(3, dtype=np.int32))                   # stack reads (_read_frame)
         return self.areas
 
 
@@ -342,8 +528,8 @@ class RuleMasks:
         self.reach = int(model.inc1) * max(1, int(self.trie.max_depth))
         self.work_cap = 8 * self.trie.n_nodes + 65_536
         self._scratch = _Scratch()
-        self._kernel_args = self._args()
         self._first_bits = np.packbits(model.first, axis=1, bitorder="little").view(np.uint64).copy()
+        self._kernel_args = self._args()
         self.sub_max = _deepest_below(self.trie.node_depth, self.trie.node_end)
         #: free frame slots a walk may push into (grown when a walk runs out)
         self.frame_spare = 4096
@@ -356,6 +542,14 @@ class RuleMasks:
         self.state_row = self.rows = self.grp_off = self.grp_byte = self.grp_start = self.bnd_node = None
         self.returns: "list[bool] | None" = None
         self.grp_tok_start = self.grp_tok = None
+        # Masks of configurations that read the stack below, by what they can
+        # read of it (see _fill_memo): shared by every reply of the grammar.
+        self._memo: "tuple | None" = None
+        #: states that can only return (accepting, no byte to read): left out of memo keys
+        self._passes = model.accepting & ~model.first.any(axis=1)
+        sets = max(1, min(MEMO_MAX_ROWS, MEMO_BYTES // (4 * self.words)) // _MEMO_WAYS)
+        self._memo_rows = _MEMO_WAYS * (1 << (sets.bit_length() - 1))  # a power of two of sets
+        self._memo_lock = threading.Lock()
         if precompute:
             self._precompute(max_work)
 
@@ -364,7 +558,8 @@ class RuleMasks:
         extra = 0 if self.rows is None else sum(a.nbytes for a in (
             self.state_row, self.rows, self.grp_off, self.grp_byte, self.grp_tok_start, self.grp_tok, self.grp_start,
             self.bnd_node))
-        return self.model.nbytes + extra + 64 * 256
+        memo = 0 if self.rows is None else self._memo_rows * 4 * self.words  # charged at its bound
+        return self.model.nbytes + extra + memo + 64 * 256
 
     @property
     def has_masks(self) -> bool:
@@ -373,7 +568,8 @@ class RuleMasks:
     def _args(self) -> tuple:
         m, t = self.model, self.trie
         return (m.byte_next, m.call_off, m.call_start, m.call_ret, m.accepting, m.first, m.dist,
-                t.node_byte, t.node_depth, t.node_end, t.tok_offsets, t.tok_ids, np.int32(t.max_depth))
+                t.node_byte, t.node_depth, t.node_end, t.tok_offsets, t.tok_ids, np.int32(t.max_depth),
+                self._first_bits)
 
     def _precompute(self, max_work: "int | None") -> None:
         """Per state: the tokens it reads without returning (a row, deduplicated),
@@ -385,9 +581,10 @@ class RuleMasks:
         budget = PRECOMPUTE_VISITS_PER_NODE * trie.n_nodes
         if max_work is not None:
             budget = min(budget, int(max_work))
-        ws, items, scr, res, flags, counts, nf = self._scratch.get(trie.n_nodes)
+        ws, items, scr, res, flags, counts, nf, _, trk = self._scratch.get(trie.n_nodes)
         cap = 4 * trie.n_nodes + 4096
-        fr = [np.empty(cap, dtype=np.int32) for _ in range(3)]
+        fr = [np.empty(cap, dtype=np.int32) for _ in range(4)]
+        trk[0] = 0  # (the stack is not tracked)
         bnd_out = np.empty(trie.n_nodes, dtype=np.int32)
         bnd_stamp = np.zeros(trie.n_nodes, dtype=np.int32)
         row = np.zeros(self.words, dtype=np.uint32)
@@ -400,8 +597,9 @@ class RuleMasks:
             row[:] = 0
             items[0, 0], items[1, 0], items[2, 0] = 0, g, -1
             nf[0] = 0
-            rc = _walk_items(*args, items, 1, fr[0], fr[1], fr[2], nf, _NO_LIMIT, row, np.int64(budget),
-                             ws, scr, res, flags, bnd_out, bnd_stamp, np.int32(g + 1), counts, np.int32(0), _NONE)
+            rc = _walk_items(*args, items, 1, fr[0], fr[1], fr[2], fr[3], nf, _NO_LIMIT, row, np.int64(budget),
+                             ws, scr, res, flags, bnd_out, bnd_stamp, np.int32(g + 1), counts, np.int32(0), _NONE,
+                             trk)
             budget -= int(counts[0])
             if rc < 0 or budget < 0:
                 return  # too much to store: xgrammar keeps the grammar mask
@@ -447,6 +645,7 @@ class RuleMasks:
         self.state_row = state_row
         #: states whose frame a token can return from (the others' mask is their row alone)
         self.returns = (self.grp_off[1:] > self.grp_off[:-1]).tolist()
+        self._state_rows = [self.rows[k] for k in state_row.tolist()]
         for a in (self.grp_off, self.grp_byte, self.grp_tok_start, self.grp_tok, self.grp_start, self.bnd_node,
                   self.rows, self.state_row):
             a.flags.writeable = False
@@ -454,24 +653,76 @@ class RuleMasks:
     def fill(self, configs_state: Configurations, configs: tuple[tuple[int, int], ...], out: np.ndarray) -> bool:
         """The grammar mask of ``configs`` into ``out`` (int32 words, stop ids not
         set).  False when the walk passed its cap (then ``out`` is undefined)."""
+        words = out.view(np.uint32)
         if len(configs) == 1:
             g0, f0 = configs[0]
             if f0 < 0 or not self.returns[g0]:
-                out.view(np.uint32)[...] = self.rows[self.state_row[g0]]  # no token returns: the row is the mask
+                words[...] = self._state_rows[g0]  # no token returns: the row is the mask
                 return True
-        g = np.array([c[0] for c in configs], dtype=np.int32)
-        f = np.array([c[1] for c in configs], dtype=np.int32)
-        words = out.view(np.uint32)
-        for grow in (1, 4, 16):
-            ws, items, scr, res, flags, counts, nf = self._scratch.get(self.trie.n_nodes, grow)
-            ret, parent, cum, n = configs_state.arena(self.frame_spare)
-            nf[0] = n
-            rc = _fill(*self._kernel_args, self._first_bits, g, f, ret, parent, cum, nf, self.state_row, self.rows, self.grp_off,
-                       self.grp_byte, self.grp_tok_start, self.grp_tok, self.grp_start, self.bnd_node, words, np.int64(self.work_cap), items, ws, scr, res, flags, counts)
-            if rc != -2:
-                return rc == 0
-            self.frame_spare *= 4
-        return False
+        memo = self._memo
+        if memo is None:
+            memo = self._memo_tables()
+        # The same configurations again in this reply (frames are interned per
+        # reply): the memo slot its mask went to, unless that slot was reused.
+        seen = configs_state.memo_slots.get(configs)
+        if seen is not None:
+            with self._memo_lock:
+                if memo[2][seen[0]] == seen[1]:
+                    words[...] = memo[1][seen[0]]
+                    return True
+        single = len(configs) == 1
+        keys, rows, used, key_depth = memo
+        # The tables are shared by every reply of the grammar and vLLM may fill
+        # from a thread pool: the lock is held across the (GIL-free) kernels.
+        with self._memo_lock:
+            if single:
+                frames = configs_state.frames  # (ret, parent) of the reply's frames
+                slot = _memo_lookup(g0, f0, frames[0], frames[1], self._passes, keys, rows, used, key_depth, words)
+                if slot >= 0:
+                    configs_state.memo_slots[configs] = (slot, int(used[slot]))
+                    return True
+            ws, items, scr, res, flags, counts, nf, cfg, trk = self._scratch.get(self.trie.n_nodes)
+            if len(configs) <= cfg.shape[1]:
+                g, f = cfg[0, :len(configs)], cfg[1, :len(configs)]
+                for k, (cg, cf) in enumerate(configs):
+                    g[k] = cg
+                    f[k] = cf
+            else:
+                g = np.array([c[0] for c in configs], dtype=np.int32)
+                f = np.array([c[1] for c in configs], dtype=np.int32)
+            for grow in (1, 4, 16):
+                if grow > 1:
+                    ws, items, scr, res, flags, counts, nf, _, _ = self._scratch.get(self.trie.n_nodes, grow)
+                ret, parent, cum, height, n = configs_state.arena(self.frame_spare)
+                nf[0] = n
+                # Track how deep the walk reads the stack (single configurations: memo keys).
+                trk[0] = n if single else 0
+                trk[1] = height[configs[0][1]] if single else 0
+                trk[2] = -1
+                rc = _fill(*self._kernel_args, g, f, ret, parent, cum, height, nf, self.state_row, self.rows,
+                           self.grp_off, self.grp_byte, self.grp_tok_start, self.grp_tok, self.grp_start,
+                           self.bnd_node, words, np.int64(self.work_cap), items, ws, scr, res, flags, counts, trk)
+                if rc != -2:
+                    break
+                self.frame_spare *= 4
+            if rc == 0 and single:
+                slot = _memo_store(keys, rows, used, key_depth, words, trk[2])
+                if slot >= 0:
+                    configs_state.memo_slots[configs] = (slot, int(used[slot]))
+        return rc == 0
+
+    def _memo_tables(self) -> tuple:
+        """The mask memo (allocated on the first fill that reads the stack):
+        keys (one row more: the lookup's key), rows, last-use stamps (one
+        more: the clock) and the depths of the lookup key's frames.  A slot's stamp changes whenever its row does, so a
+        reply's remembered ``(slot, stamp)`` is valid while equal."""
+        with self._memo_lock:
+            if self._memo is None:
+                slots = self._memo_rows
+                self._memo = (np.full((slots + 1, _MEMO_KEY + 2), -3, dtype=np.int32),
+                              np.zeros((slots, self.words), dtype=np.uint32),
+                              np.zeros(slots + 1, dtype=np.int64), np.zeros(_MEMO_KEY + 2, dtype=np.int32))
+            return self._memo
 
     def within(self, configs_state: Configurations, configs: tuple[tuple[int, int], ...], limit: int,
                out: np.ndarray) -> None:
@@ -480,15 +731,17 @@ class RuleMasks:
         words = out.view(np.uint32)
         no_bnd = np.zeros(0, dtype=np.int32)
         for grow in (1, 4, 16):
-            ws, items, scr, res, flags, counts, nf = self._scratch.get(self.trie.n_nodes, grow)
-            ret, parent, cum, n = configs_state.arena(self.frame_spare)
+            ws, items, scr, res, flags, counts, nf, _, _ = self._scratch.get(self.trie.n_nodes, grow)
+            ret, parent, cum, height, n = configs_state.arena(self.frame_spare)
             nf[0] = n
+            trk = self._scratch.get(self.trie.n_nodes)[8]
+            trk[0] = 0  # (budgets are not remembered: the stack is not tracked)
             for k, (g, f) in enumerate(configs):
                 items[0, k], items[1, k], items[2, k] = 0, g, f
             words[:] = 0
-            rc = _walk_items(*self._kernel_args, items, len(configs), ret, parent, cum, nf, np.int32(limit), words,
+            rc = _walk_items(*self._kernel_args, items, len(configs), ret, parent, cum, height, nf, np.int32(limit), words,
                              np.int64(self.work_cap), ws, scr, res, flags, no_bnd, no_bnd, np.int32(0), counts,
-                             np.int32(self.model.inc1), self.sub_max)
+                             np.int32(self.model.inc1), self.sub_max, trk)
             if rc == 0:
                 return
             if rc == -1:

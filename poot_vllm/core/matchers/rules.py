@@ -72,6 +72,12 @@ class RuleMatcher(TokenMatcher):
         self._size = masks.size
         self._stop_row = stop_row(self._stop_ids, self._words)
         self._text_only = ~self._stop_row
+        # Masks only ever set tokens with bytes: a stop id without bytes (the
+        # usual EOS) needs no clearing, and a few stop bits are set one by one
+        # rather than by a pass over the whole row.
+        self._stops_are_text = any(0 <= t < self._size and masks.token_bytes[t] for t in self._stop_ids)
+        self._stop_bits = [(t >> 5, np.uint32(1 << (t & 31)).view(np.int32)) for t in sorted(self._stop_ids)
+                           if 0 <= t < self._size]
         self._stop_cost = 1 if self._stop_ids else 0
         self._budget = None
 
@@ -79,7 +85,10 @@ class RuleMatcher(TokenMatcher):
         self._history = [self._configs.initial()]
 
     def _can_end(self) -> bool:
-        return any(self._configs.cost(c) == 0 for c in self._history[-1])
+        configs = self._history[-1]
+        if len(configs) == 1:
+            return self._configs.cost(configs[0]) == 0
+        return any(self._configs.cost(c) == 0 for c in configs)
 
     def _advance(self, token: int) -> bool:
         if not 0 <= token < self._size:
@@ -118,9 +127,14 @@ class RuleMatcher(TokenMatcher):
             # The return walk passed its cap (only heavily ambiguous grammars,
             # many stacks at once): every token checked on its own, slow and exact.
             self._fill_one_by_one(configs, target)
-        target &= self._text_only
+        if self._stops_are_text:
+            target &= self._text_only
         if self._can_end():
-            target |= self._stop_row
+            if len(self._stop_bits) <= 8:
+                for w, bit in self._stop_bits:
+                    target[w] |= bit
+            else:
+                target |= self._stop_row
         if self._budget is not None:
             restrict_to_budget(self._masks, self._configs, configs, target, self._budget - self._accepted,
                                self._stop_cost, self._stop_row)
