@@ -30,6 +30,8 @@ from __future__ import annotations
 import json
 from typing import Any, Iterator
 
+import numpy as np
+
 from poot_vllm.core.errors import EmptyLanguage, PootError
 from poot_vllm.core.grammar.gbnf import (Alternation, ByteAutomaton, CharClass, Grammar, Literal, Node, Repeat, Rule,
                                          RuleRef, Sequence)
@@ -123,6 +125,8 @@ class _Converter:
         self.limits = limits
         self._looks: dict[int, tuple[Any, bool]] = {}
         self._calls: dict[int, tuple[Any, bool]] = {}
+        #: lookahead body DFAs, by id of the Look (held, so the id stays its own)
+        self._bodies: dict[int, tuple[Any, Any]] = {}
 
     def _call(self, node: Any) -> "str | None":
         if isinstance(node, ast.Chars) and len(node.ranges) == 1 and node.ranges[0][0] == node.ranges[0][1]:
@@ -192,7 +196,8 @@ class _Converter:
                 k += 1
                 continue
             j = k + 1
-            while not self._confined(items[k:j]):
+            confined: set[int] = set()  # looks already confined stay so: a longer piece ends later
+            while not self._confined(items[k:j], confined):
                 if j == len(items) or self.has_call(items[j]):
                     raise NeedsUnrolling("a lookahead that sees into a recursive reference")
                 j += 1
@@ -200,15 +205,69 @@ class _Converter:
             k = j
         return out[0] if len(out) == 1 else Sequence(tuple(out))
 
-    def _confined(self, items: "tuple[Any, ...]") -> bool:
-        """Whether every lookaround in ``items`` sees only text the items match."""
-        for look, rest in _looks_with_rest(list(items), []):
+    def _confined(self, items: "tuple[Any, ...]", confined: "set[int]") -> bool:
+        """Whether every lookaround in ``items`` sees only text the items match.
+
+        ``confined`` holds the ids of lookarounds (with their position) found
+        confined in a shorter piece from the same start: text that runs past a
+        longer piece's end runs past the shorter one's too (``R . x . any+`` is
+        within ``R . any+``), so they are not checked again."""
+        for n, (look, rest) in enumerate(_looks_with_rest(list(items), [])):
+            key = hash((id(look), n))
+            if key in confined:
+                continue
             if look.behind or self.has_look(look.body):
                 raise NeedsUnrolling("a lookbehind, or a lookaround inside a lookaround")
-            past_end = ast.concat([_without_looks(r) for r in rest] + [ast.repeat(ast.Chars(cs.ANY_CHAR), 1, None)])
-            if _intersect(self._dfa(past_end), self._dfa(look.body)):
+            if self._runs_past(self._body_dfa(look), ast.concat([_without_looks(r) for r in rest])):
                 return False
+            confined.add(key)
         return True
+
+    def _runs_past(self, body: Any, rest: Any) -> bool:
+        """Whether the lookahead body (a DFA; None: empty) matches a string that
+        goes on past some text ``rest`` matches: ``body`` and ``rest . any+``
+        share a string.  The pieces ``rest`` stands for are often whole objects
+        while bodies are short, so instead of ``rest``'s DFA this walks the pairs
+        (body state, ``rest``'s NFA items) along the body's strings only: the
+        moment ``rest`` may have ended and the body reads one more byte, it has
+        (the body's DFA is trimmed, so it can still accept)."""
+        from poot_vllm.core.automata.build import POSITION_BYTES, Budget, _ByteNFA
+
+        if body is None:
+            return False
+        budget = Budget(self.limits.max_automaton_bytes)
+        nfa = _ByteNFA(rest, budget)
+        if nfa.dynamic:  # (no lookarounds are left in rest; kept exact all the same)
+            past_end = ast.concat([rest, ast.repeat(ast.Chars(cs.ANY_CHAR), 1, None)])
+            return _intersect(self._dfa(past_end), body)
+        classes = nfa.byte_to_class
+        start = (body.start, nfa.start_items)
+        seen = {start}
+        todo = [start]
+        while todo:
+            q, items = todo.pop()
+            row = body.transitions[q]
+            live = np.flatnonzero(row >= 0)
+            if not len(live):
+                continue
+            if nfa.final in items:
+                return True
+            stepped: dict[int, frozenset[int]] = {}
+            for c, target in set(zip(classes[live].tolist(), row[live].tolist())):
+                after = stepped.get(c)
+                if after is None:
+                    after = stepped[c] = nfa.step(items, c)
+                if after and (target, after) not in seen:
+                    budget.charge(POSITION_BYTES + 4 * len(after), "checking where a lookahead's text ends")
+                    seen.add((target, after))
+                    todo.append((target, after))
+        return False
+
+    def _body_dfa(self, look: Any) -> Any:
+        entry = self._bodies.get(id(look))
+        if entry is None:
+            entry = self._bodies[id(look)] = (look, self._dfa(look.body))
+        return entry[1]
 
     def _dfa(self, tree: Any) -> Any:
         from poot_vllm.core.automata.build import Budget, regex_tree_to_dfa
