@@ -488,6 +488,23 @@ def _deepest_below(node_depth, node_end):
     return out
 
 
+@_jit
+def _readable_depth(node_byte, node_depth, readable):
+    """The most bytes of one token any configuration can read: the longest
+    token prefix made only of bytes some state of the grammar reads
+    (``readable[b]``; preorder trie arrays)."""
+    ok = np.zeros(node_depth.max() + 2, dtype=np.bool_)
+    ok[0] = True
+    best = 0
+    for j in range(1, node_byte.shape[0]):
+        d = node_depth[j]
+        good = ok[d - 1] and readable[node_byte[j]]
+        ok[d] = good
+        if good and d > best:
+            best = d
+    return best
+
+
 class _Scratch(threading.local):
     """Per-thread work areas (vLLM fills masks from a thread pool)."""
 
@@ -524,8 +541,12 @@ class RuleMasks:
         self.token_bytes = vocab.token_bytes
         self.size = int(vocab.size)
         self.words = (self.size + 31) // 32
-        #: how far from the end (in tokens) a budget can change a mask
-        self.reach = int(model.inc1) * max(1, int(self.trie.max_depth))
+        #: how far from the end (in tokens) a budget can change a mask: one byte
+        #: raises a distance by at most ``inc1``, and a token reads at most the
+        #: longest run of bytes the grammar reads at all (``(((((`` for
+        #: brackets, not the vocabulary's 128-byte tokens)
+        read = _readable_depth(self.trie.node_byte, self.trie.node_depth, model.first.any(axis=0))
+        self.reach = int(model.inc1) * max(1, int(read))
         self.work_cap = 8 * self.trie.n_nodes + 65_536
         self._scratch = _Scratch()
         self._first_bits = np.packbits(model.first, axis=1, bitorder="little").view(np.uint64).copy()
