@@ -250,6 +250,7 @@ def test_a_walk_past_its_work_cap_falls_back_to_single_bytes_and_still_finishes(
     cap = comp.rules.work_cap
     try:
         comp.rules.work_cap = 3
+        comp.rules._memo = None  # (masks remembered from other tests' full walks would answer instead)
         m = comp.new_matcher()
         m.set_token_budget(14)
         out = b""
@@ -265,6 +266,7 @@ def test_a_walk_past_its_work_cap_falls_back_to_single_bytes_and_still_finishes(
         assert m.num_accepted <= 14 and accepts(out.decode()), out
     finally:
         comp.rules.work_cap = cap
+        comp.rules._memo = None  # (nor may this test's fallbacks answer for later ones)
 
 
 @pytest.mark.parametrize("own", [True, False])
@@ -368,3 +370,31 @@ def test_random_grammars_finish_within_budget(data, seed, slack, own):
         assert allowed, gbnf
         longer = [t for t in allowed if t != stop and len(RANDOM_VOCAB.token_bytes[t]) > 1]
         assert m.accept_tokens([rng.choice(longer) if longer and rng.random() < 0.6 else rng.choice(allowed)])
+
+
+@pytest.mark.parametrize("name", MODELLED)
+def test_budget_masks_are_the_tokens_that_still_fit_across_replies(name):
+    """``RuleMasks.within`` (remembered per grammar across replies, keyed by the
+    stack it read and the limit less the distance below it) against the
+    definition: a grammatical text token is kept iff some configuration after
+    it finishes within the limit.  Many replies and limits over one memo."""
+    gbnf, _ = GRAMMARS[name]
+    comp = compile_grammar(gbnf, own=True)
+    masks, rng = comp.rules, random.Random(name)
+    words = (VOCAB.size + 31) // 32
+    for _ in range(12):
+        m = comp.new_matcher()
+        for _ in range(rng.randint(0, 12)):
+            text = [t for t in _allowed(m) if t != STOP]
+            if not text:
+                break
+            m.accept_tokens([rng.choice(text)])
+        state, configs = m._configs, m._history[-1]
+        grammar = set(_allowed(m)) - {STOP}
+        costs = {t: min((state.cost(c) for c in state.advance(configs, VOCAB.token_bytes[t])), default=None)
+                 for t in grammar}
+        for limit in sorted({rng.randint(0, 12) for _ in range(4)}):
+            row = np.zeros(words, dtype=np.int32)
+            masks.within(state, configs, limit, row)
+            got = allowed_set(row, VOCAB.size) & grammar
+            assert got == {t for t, c in costs.items() if c is not None and c <= limit}, (name, configs, limit)

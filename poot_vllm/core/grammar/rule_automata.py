@@ -476,8 +476,10 @@ class Configurations:
         # for the frames a walk pushes (scratch; see arena()): sized for a
         # walk's usual spare from the start, so the first mask does not copy.
         self._arrays = np.empty((4, ARENA_START), dtype=np.int32)
-        #: views of the frames' return states and parents (kept with the arena)
-        self.frames = (self._arrays[0], self._arrays[1])
+        #: views of the frames' return states, parents and cumulative distances (kept with the arena)
+        self.frames = (self._arrays[0], self._arrays[1], self._arrays[2])
+        #: (configurations, limit) -> (slot, stamp) of their budget mask (RuleMasks.within)
+        self.budget_slots: dict[tuple, tuple[int, int]] = {}
 
     def initial(self) -> tuple[tuple[int, int], ...]:
         return ((self.m.start, -1),)
@@ -493,7 +495,7 @@ class Configurations:
             self._cum.append(cum)
             if f >= self._arrays.shape[1]:
                 self._arrays = np.concatenate([self._arrays, np.empty_like(self._arrays)], axis=1)
-                self.frames = (self._arrays[0], self._arrays[1])
+                self.frames = (self._arrays[0], self._arrays[1], self._arrays[2])
             arrays = self._arrays
             arrays[0, f] = ret
             arrays[1, f] = parent
@@ -547,6 +549,6 @@ class Configurations:
             grown = np.empty((4, max(n + spare, 2 * self._arrays.shape[1])), dtype=np.int32)
             grown[:, :n] = self._arrays[:, :n]
             self._arrays = grown
-            self.frames = (grown[0], grown[1])
+            self.frames = (grown[0], grown[1], grown[2])
         a = self._arrays
         return a[0], a[1], a[2], a[3], n

@@ -62,13 +62,13 @@ _MEMO_KEY = 62
 @_jit
 def _read_frame(fr_height, trk, cf):
     """Record that a walk read stack frame ``cf`` (its return state and parent;
-    ``-1``: the stack's end) when ``trk[0]`` (the frames of the stack, 0: not
-    tracked) is set: ``trk[2]`` is the deepest read, counted from the top
-    frame (0) whose height is ``trk[1]``; the stack's end is at depth
-    ``trk[1]``.  Frames a walk pushes itself (``cf >= trk[0]``) are not the
-    stack's.  A mask that read no deeper than ``d`` is the mask of every stack
-    with the same ``d + 1`` top frames (:func:`_memo_lookup`)."""
-    if trk[0] == 0:
+    ``-1``: the stack's end) unless ``trk[0]`` (the frames of the stack) is -1
+    (not tracked): ``trk[2]`` is the deepest read, counted from the top frame
+    (0) whose height is ``trk[1]``; the stack's end is at depth ``trk[1]``.
+    Frames a walk pushes itself (``cf >= trk[0]``) are not the stack's.  A
+    mask that read no deeper than ``d`` is the mask of every stack with the
+    same ``d + 1`` top frames (:func:`_memo_lookup`)."""
+    if trk[0] < 0:
         return
     if cf < 0:
         d = trk[1]
@@ -372,13 +372,10 @@ def _fill(byte_next, call_off, call_start, call_ret, accepting, first, dist,
                        work_cap, ws, scr, res, flags, no_bnd, no_bnd, 0, counts, 0, no_bnd, trk)
 
 
-@_jit
-def _key_hash(key, n):
-    """FNV-1a over ``key[1:n]``."""
-    h = np.uint64(14695981039346656037)
-    for k in range(1, n):
-        h = (h ^ np.uint64(key[k] & 0xFFFFFFFF)) * np.uint64(1099511628211)
-    return h
+#: "No budget limit in this key" (plain grammar masks; see :func:`_memo_lookup`).
+_NO_LIMIT_KEY = -(2**31)
+_FNV_START = np.uint64(14695981039346656037)
+_FNV_PRIME = np.uint64(1099511628211)
 
 
 @_jit
@@ -392,82 +389,140 @@ def _memo_set(h, memo_keys):
 
 
 @_jit
-def _memo_lookup(g, top, fr_ret, fr_parent, passes, memo_keys, memo_rows, memo_used, key_depth, row):
+def _stack_key(g, top, fr_ret, fr_parent, passes, key, key_depth, key_frame):
+    """The longest memo key of configuration ``(g, top)`` into ``key``: ``g``,
+    then the return state of each frame (its depth from the top in
+    ``key_depth``, its index in ``key_frame``) but those that can only return
+    again (``passes``: accepting, reading no byte -- however many of them a
+    stack holds, a walk passes through them), then -1 where the stack ends
+    within the key; one slot is left for a budget limit.  Returns the length
+    (also in ``key[0]``)."""
+    key[1] = g
+    n = 2
+    cf = top
+    depth = 0
+    while n < key.shape[0] - 1 and cf >= 0:
+        r = fr_ret[cf]
+        if not passes[r]:
+            key[n] = r
+            key_depth[n] = depth
+            key_frame[n] = cf
+            n += 1
+        cf = fr_parent[cf]
+        depth += 1
+    if cf < 0 and n < key.shape[0] - 1:
+        key[n] = -1
+        key_depth[n] = depth
+        key_frame[n] = -1
+        n += 1
+    key[0] = n
+    return n
+
+
+@_jit
+def _below(key, key_frame, n, top, fr_cum, fr_ret, dist):
+    """The distance of the frames below a key prefix ``key[1:n]`` (what a budget
+    walk adds to every cost it sees there): the whole stack's for ``n == 2``,
+    0 where the prefix ends the stack, else the cumulative distance of the
+    frame under the prefix's last one."""
+    if n == 2:
+        return fr_cum[top] if top >= 0 else 0
+    if key[n - 1] == -1:
+        return 0
+    f = key_frame[n - 1]
+    return fr_cum[f] - dist[fr_ret[f]]
+
+
+@_jit
+def _find(key, n, limit, h, memo_keys):
+    """The slot holding key ``key[1:n]`` (then ``limit`` unless it is
+    :data:`_NO_LIMIT_KEY`), ``h`` the FNV hash of ``key[1:n]``; or -1."""
+    length = n
+    if limit != _NO_LIMIT_KEY:
+        h = (h ^ np.uint64(limit & 0xFFFFFFFF)) * _FNV_PRIME
+        length = n + 1
+    base = _memo_set(h, memo_keys)
+    for s in range(base, base + _MEMO_WAYS):
+        if memo_keys[s, 0] != length:
+            continue
+        same = limit == _NO_LIMIT_KEY or memo_keys[s, n] == limit
+        for k in range(1, n):
+            if not same:
+                break
+            same = memo_keys[s, k] == key[k]
+        if same:
+            return s
+    return -1
+
+
+@_jit
+def _memo_lookup(g, top, fr_ret, fr_parent, fr_cum, dist, passes, limit, memo_keys, memo_rows, memo_used, key_depth,
+                 key_frame, row):
     """The remembered mask of the configuration ``(g, top)`` into ``row``: its
     slot, or -1.
 
     A mask whose walk read the stack only down to depth ``d``
     (:func:`_read_frame`) is remembered under ``g`` and the return states of
-    the ``d + 1`` top frames (-1 where that reaches the stack's end): every
-    stack that starts the same way has the same mask, across replies.  So a
-    lookup tries each prefix of the stack, shortest first, up to
-    :data:`_MEMO_KEY` frames; the longest key it could match is left in
-    ``memo_keys[-1]`` (length in ``[0]``) for :func:`_memo_store`, with the
-    depth of each entry's frame in ``key_depth``.  Frames whose return state
-    can only return again (``passes``: accepting, reads no byte) are left out
-    of keys: however many of them a stack holds, the walk passes through them.
+    the ``d + 1`` top frames (:func:`_stack_key`): every stack that starts the
+    same way has the same mask, across replies.  So a lookup tries each prefix
+    of the stack, shortest first, up to :data:`_MEMO_KEY` frames; the longest
+    key it could match is left in ``memo_keys[-1]`` for :func:`_memo_store`.
+    A budget mask (``limit`` given, else :data:`_NO_LIMIT_KEY`) sees each
+    cost as its part above the prefix plus the distance of the frames below
+    (:func:`_below`), so its key ends with ``limit`` minus that distance.
     The memo is set-associative (:data:`_MEMO_WAYS` slots per set);
     ``memo_used`` holds each slot's last-use stamp, then the clock."""
     key = memo_keys[-1]
-    key[1] = g
-    n = 2
-    cf = top
-    depth = 0
-    while n < key.shape[0] and cf >= 0:
-        r = fr_ret[cf]
-        if not passes[r]:
-            key[n] = r
-            key_depth[n] = depth
-            n += 1
-        cf = fr_parent[cf]
-        depth += 1
-    if cf < 0 and n < key.shape[0]:
-        key[n] = -1
-        key_depth[n] = depth
-        n += 1
-    key[0] = n
+    n = _stack_key(g, top, fr_ret, fr_parent, passes, key, key_depth, key_frame)
     memo_used[-1] += 1
     clock = memo_used[-1]
     slots = memo_keys.shape[0] - 1
-    h = np.uint64(14695981039346656037)
+    h = _FNV_START
     for length in range(2, n + 1):
-        h = (h ^ np.uint64(key[length - 1] & 0xFFFFFFFF)) * np.uint64(1099511628211)
-        base = _memo_set(h, memo_keys)
-        for s in range(base, base + _MEMO_WAYS):
-            if memo_keys[s, 0] != length:
-                continue
-            same = True
-            for k in range(1, length):
-                if memo_keys[s, k] != key[k]:
-                    same = False
-                    break
-            if same:
-                row[:] = memo_rows[s]
-                if memo_used[s] < clock - slots:
-                    memo_used[s] = clock  # (refreshed rarely: replies remember (slot, stamp) pairs)
-                return s
+        h = (h ^ np.uint64(key[length - 1] & 0xFFFFFFFF)) * _FNV_PRIME
+        extra = _NO_LIMIT_KEY
+        if limit != _NO_LIMIT_KEY:
+            extra = limit - _below(key, key_frame, length, top, fr_cum, fr_ret, dist)
+        s = _find(key, length, extra, h, memo_keys)
+        if s >= 0:
+            row[:] = memo_rows[s]
+            if memo_used[s] < clock - slots:
+                memo_used[s] = clock  # (refreshed rarely: replies remember (slot, stamp) pairs)
+            return s
     return -1
 
 
 @_jit
-def _memo_store(memo_keys, memo_rows, memo_used, key_depth, row, depth):
+def _memo_store(top, fr_ret, fr_cum, dist, limit, memo_keys, memo_rows, memo_used, key_depth, key_frame, row, depth):
     """Remember ``row``, the mask of the configuration whose stack
-    :func:`_memo_lookup` last keyed, read down to ``depth`` (-1: not at all)
-    by its walk; replaces the set's least recently used slot.  Returns the
-    slot, or -1 when the key would be longer than a key holds."""
+    :func:`_memo_lookup` last keyed (with the same ``limit``), read down to
+    ``depth`` (-1: not at all) by its walk; replaces the set's least recently
+    used slot.  Returns the slot, or -1 when the key would be longer than a
+    key holds."""
     key = memo_keys[-1]
     n = 2
     while n < key[0] and key_depth[n] <= depth:
         n += 1
     if n == key[0] and key[n - 1] != -1 and depth > key_depth[n - 1]:
         return -1  # read deeper than the key reaches (it is full)
-    base = _memo_set(_key_hash(key, n), memo_keys)
+    h = _FNV_START
+    for k in range(1, n):
+        h = (h ^ np.uint64(key[k] & 0xFFFFFFFF)) * _FNV_PRIME
+    length = n
+    extra = _NO_LIMIT_KEY
+    if limit != _NO_LIMIT_KEY:
+        extra = limit - _below(key, key_frame, n, top, fr_cum, fr_ret, dist)
+        h = (h ^ np.uint64(extra & 0xFFFFFFFF)) * _FNV_PRIME
+        length = n + 1
+    base = _memo_set(h, memo_keys)
     oldest = base
     for s in range(base, base + _MEMO_WAYS):
         if memo_used[s] < memo_used[oldest]:
             oldest = s
-    memo_keys[oldest, 0] = n
+    memo_keys[oldest, 0] = length
     memo_keys[oldest, 1:n] = key[1:n]
+    if length > n:
+        memo_keys[oldest, n] = extra
     memo_rows[oldest] = row
     memo_used[-1] += 1
     memo_used[oldest] = memo_used[-1]
@@ -520,7 +575,7 @@ class _Scratch(threading.local):
                           np.zeros(2, dtype=np.int64),                   # counts
                           np.zeros(1, dtype=np.int64),                   # nf
                           np.empty((2, 16), dtype=np.int32),             # configurations
-                          np.zeros(3, dtype=np.int32))                   # stack reads (_read_frame)
+                          np.full(3, -1, dtype=np.int32))                # stack reads (_read_frame)
         return self.areas
 
 
@@ -579,7 +634,7 @@ class RuleMasks:
         extra = 0 if self.rows is None else sum(a.nbytes for a in (
             self.state_row, self.rows, self.grp_off, self.grp_byte, self.grp_tok_start, self.grp_tok, self.grp_start,
             self.bnd_node))
-        memo = 0 if self.rows is None else self._memo_rows * 4 * self.words  # charged at its bound
+        memo = 2 * self._memo_rows * 4 * self.words  # both memos, charged at their bound
         return self.model.nbytes + extra + memo + 64 * 256
 
     @property
@@ -605,7 +660,7 @@ class RuleMasks:
         ws, items, scr, res, flags, counts, nf, _, trk = self._scratch.get(trie.n_nodes)
         cap = 4 * trie.n_nodes + 4096
         fr = [np.empty(cap, dtype=np.int32) for _ in range(4)]
-        trk[0] = 0  # (the stack is not tracked)
+        trk[0] = -1  # (the stack is not tracked)
         bnd_out = np.empty(trie.n_nodes, dtype=np.int32)
         bnd_stamp = np.zeros(trie.n_nodes, dtype=np.int32)
         row = np.zeros(self.words, dtype=np.uint32)
@@ -680,25 +735,20 @@ class RuleMasks:
             if f0 < 0 or not self.returns[g0]:
                 words[...] = self._state_rows[g0]  # no token returns: the row is the mask
                 return True
-        memo = self._memo
-        if memo is None:
-            memo = self._memo_tables()
+        memo = self._memo if self._memo is not None else self._memo_tables()
         # The same configurations again in this reply (frames are interned per
         # reply): the memo slot its mask went to, unless that slot was reused.
-        seen = configs_state.memo_slots.get(configs)
-        if seen is not None:
-            with self._memo_lock:
-                if memo[2][seen[0]] == seen[1]:
-                    words[...] = memo[1][seen[0]]
-                    return True
+        if self._remembered(memo, configs_state.memo_slots.get(configs), words):
+            return True
         single = len(configs) == 1
-        keys, rows, used, key_depth = memo
+        keys, rows, used, key_depth, key_frame = memo[0]
         # The tables are shared by every reply of the grammar and vLLM may fill
         # from a thread pool: the lock is held across the (GIL-free) kernels.
         with self._memo_lock:
             if single:
-                frames = configs_state.frames  # (ret, parent) of the reply's frames
-                slot = _memo_lookup(g0, f0, frames[0], frames[1], self._passes, keys, rows, used, key_depth, words)
+                ret, parent, cum = configs_state.frames  # the reply's frames
+                slot = _memo_lookup(g0, f0, ret, parent, cum, self.model.dist, self._passes, _NO_LIMIT_KEY,
+                                    keys, rows, used, key_depth, key_frame, words)
                 if slot >= 0:
                     configs_state.memo_slots[configs] = (slot, int(used[slot]))
                     return True
@@ -717,7 +767,7 @@ class RuleMasks:
                 ret, parent, cum, height, n = configs_state.arena(self.frame_spare)
                 nf[0] = n
                 # Track how deep the walk reads the stack (single configurations: memo keys).
-                trk[0] = n if single else 0
+                trk[0] = n if single else -1
                 trk[1] = height[configs[0][1]] if single else 0
                 trk[2] = -1
                 rc = _fill(*self._kernel_args, g, f, ret, parent, cum, height, nf, self.state_row, self.rows,
@@ -727,47 +777,87 @@ class RuleMasks:
                     break
                 self.frame_spare *= 4
             if rc == 0 and single:
-                slot = _memo_store(keys, rows, used, key_depth, words, trk[2])
+                slot = _memo_store(f0, ret, cum, self.model.dist, _NO_LIMIT_KEY, keys, rows, used, key_depth,
+                                   key_frame, words, trk[2])
                 if slot >= 0:
                     configs_state.memo_slots[configs] = (slot, int(used[slot]))
         return rc == 0
 
+    def _remembered(self, memo: tuple, seen: "tuple[int, int] | None", words: np.ndarray, table: int = 0) -> bool:
+        """Copy a reply's remembered slot of ``memo[table]`` into ``words`` if
+        it still holds the mask (its stamp unchanged)."""
+        if seen is None:
+            return False
+        _, rows, used, _, _ = memo[table]
+        with self._memo_lock:
+            if used[seen[0]] == seen[1]:
+                words[...] = rows[seen[0]]
+                return True
+        return False
+
     def _memo_tables(self) -> tuple:
-        """The mask memo (allocated on the first fill that reads the stack):
-        keys (one row more: the lookup's key), rows, last-use stamps (one
-        more: the clock) and the depths of the lookup key's frames.  A slot's stamp changes whenever its row does, so a
-        reply's remembered ``(slot, stamp)`` is valid while equal."""
+        """The memos (allocated on first use): one for grammar masks that read
+        the stack, one for budget masks.  Each holds keys (one row more: the
+        lookup's key), rows, last-use stamps (one more: the clock), and the
+        depth and frame of each entry of the lookup's key.  A slot's stamp
+        changes whenever its row does, so a reply's remembered ``(slot,
+        stamp)`` is valid while equal."""
         with self._memo_lock:
             if self._memo is None:
                 slots = self._memo_rows
-                self._memo = (np.full((slots + 1, _MEMO_KEY + 2), -3, dtype=np.int32),
-                              np.zeros((slots, self.words), dtype=np.uint32),
-                              np.zeros(slots + 1, dtype=np.int64), np.zeros(_MEMO_KEY + 2, dtype=np.int32))
+                self._memo = tuple((np.full((slots + 1, _MEMO_KEY + 2), -3, dtype=np.int32),
+                                    np.zeros((slots, self.words), dtype=np.uint32),
+                                    np.zeros(slots + 1, dtype=np.int64), np.zeros(_MEMO_KEY + 2, dtype=np.int32),
+                                    np.zeros(_MEMO_KEY + 2, dtype=np.int32)) for _ in range(2))
             return self._memo
 
     def within(self, configs_state: Configurations, configs: tuple[tuple[int, int], ...], limit: int,
                out: np.ndarray) -> None:
         """Write into ``out`` (int32 words) the text tokens after which some
-        configuration finishes within ``limit`` bytes (stop ids not cleared)."""
+        configuration finishes within ``limit`` bytes (stop ids not cleared).
+
+        A single configuration's result is remembered like a grammar mask
+        (:func:`_memo_lookup`), its key ending with ``limit`` less the distance
+        of the frames the walk did not read."""
         words = out.view(np.uint32)
+        memo = self._memo if self._memo is not None else self._memo_tables()
+        if self._remembered(memo, configs_state.budget_slots.get((configs, limit)), words, 1):
+            return
+        single = len(configs) == 1
+        keys, rows, used, key_depth, key_frame = memo[1]
         no_bnd = np.zeros(0, dtype=np.int32)
-        for grow in (1, 4, 16):
-            ws, items, scr, res, flags, counts, nf, _, _ = self._scratch.get(self.trie.n_nodes, grow)
-            ret, parent, cum, height, n = configs_state.arena(self.frame_spare)
-            nf[0] = n
-            trk = self._scratch.get(self.trie.n_nodes)[8]
-            trk[0] = 0  # (budgets are not remembered: the stack is not tracked)
-            for k, (g, f) in enumerate(configs):
-                items[0, k], items[1, k], items[2, k] = 0, g, f
-            words[:] = 0
-            rc = _walk_items(*self._kernel_args, items, len(configs), ret, parent, cum, height, nf, np.int32(limit), words,
-                             np.int64(self.work_cap), ws, scr, res, flags, no_bnd, no_bnd, np.int32(0), counts,
-                             np.int32(self.model.inc1), self.sub_max, trk)
-            if rc == 0:
-                return
-            if rc == -1:
-                break
-            self.frame_spare *= 4
+        with self._memo_lock:
+            if single:
+                g0, f0 = configs[0]
+                ret, parent, cum = configs_state.frames
+                slot = _memo_lookup(g0, f0, ret, parent, cum, self.model.dist, self._passes, limit, keys, rows, used,
+                                    key_depth, key_frame, words)
+                if slot >= 0:
+                    configs_state.budget_slots[(configs, limit)] = (slot, int(used[slot]))
+                    return
+            for grow in (1, 4, 16):
+                ws, items, scr, res, flags, counts, nf, _, trk = self._scratch.get(self.trie.n_nodes, grow)
+                ret, parent, cum, height, n = configs_state.arena(self.frame_spare)
+                nf[0] = n
+                trk[0] = n if single else -1
+                trk[1] = height[configs[0][1]] if single and configs[0][1] >= 0 else 0
+                trk[2] = -1
+                for k, (g, f) in enumerate(configs):
+                    items[0, k], items[1, k], items[2, k] = 0, g, f
+                words[:] = 0
+                rc = _walk_items(*self._kernel_args, items, len(configs), ret, parent, cum, height, nf,
+                                 np.int32(limit), words, np.int64(self.work_cap), ws, scr, res, flags, no_bnd, no_bnd,
+                                 np.int32(0), counts, np.int32(self.model.inc1), self.sub_max, trk)
+                if rc == 0:
+                    if single:
+                        slot = _memo_store(f0, ret, cum, self.model.dist, limit, keys, rows, used, key_depth,
+                                           key_frame, words, trk[2])
+                        if slot >= 0:
+                            configs_state.budget_slots[(configs, limit)] = (slot, int(used[slot]))
+                    return
+                if rc == -1:
+                    break
+                self.frame_spare *= 4
         # Too much to walk: one-byte tokens only, each checked on its own.
         words[:] = 0
         for byte, ids in self.singles.items():
