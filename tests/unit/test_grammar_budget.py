@@ -398,3 +398,34 @@ def test_budget_masks_are_the_tokens_that_still_fit_across_replies(name):
             masks.within(state, configs, limit, row)
             got = allowed_set(row, VOCAB.size) & grammar
             assert got == {t for t, c in costs.items() if c is not None and c <= limit}, (name, configs, limit)
+
+
+@pytest.mark.parametrize("name", MODELLED)
+def test_the_budget_mask_is_its_definition_and_the_fill_bound_holds(name):
+    """With a budget, poot's mask is exactly the grammatical text tokens after
+    which some configuration finishes in the tokens left (then the stop token
+    where the grammar may end), whether the budget walk ran or the fill's
+    bound (every allowed token leaves configurations finishing within it)
+    showed that no token can break the budget; and that bound is a bound."""
+    gbnf, _ = GRAMMARS[name]
+    comp = compile_grammar(gbnf, own=True)
+    rng = random.Random(name)
+    words = (VOCAB.size + 31) // 32
+    for slack in (0, 3, 9, 40):
+        m = comp.new_matcher()
+        budget = comp.rules.model.shortest + 1 + slack
+        m.set_token_budget(budget)
+        plain = comp.new_matcher()
+        while not m.is_terminated():
+            state, configs = m._configs, m._history[-1]
+            grammar = set(_allowed(plain)) - {STOP}
+            cost = {t: min(state.cost(c) for c in state.advance(configs, VOCAB.token_bytes[t])) for t in grammar}
+            bound = comp.rules.fill(state, configs, np.zeros(words, dtype=np.int32))
+            assert bound is None or bound >= max(cost.values(), default=0), (name, configs)
+            limit = budget - m.num_accepted - 1 - 1
+            expected = {t for t, c in cost.items() if c <= limit}
+            if STOP in _allowed(plain):
+                expected.add(STOP)
+            assert set(_allowed(m)) == expected, (name, slack, m.num_accepted)
+            t = rng.choice(sorted(expected))
+            assert m.accept_tokens([t]) and plain.accept_tokens([t])

@@ -240,6 +240,8 @@ def _walk_items(byte_next, call_off, call_start, call_ret, accepting, first, dis
         if f >= 0:
             cost += fr_cum[f]
         if i > 0 and cost <= limit:
+            if tok_offsets[i] < tok_offsets[i + 1] and cost > counts[2]:
+                counts[2] = cost  # the costliest configuration a token ends in (callers reset it)
             for k in range(tok_offsets[i], tok_offsets[i + 1]):
                 t = tok_ids[k]
                 row[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
@@ -309,6 +311,7 @@ def _fill(byte_next, call_off, call_start, call_ret, accepting, first, dist,
     are explored -- a deep stack of finished frames (``-(-(-(1``) is walked
     once, not once per byte."""
     n_items = 0
+    counts[2] = 0
     viable = np.zeros(4, dtype=np.uint64)
     for k in range(cfg_g.shape[0]):
         g = cfg_g[k]
@@ -350,6 +353,11 @@ def _fill(byte_next, call_off, call_start, call_ret, accepting, first, dist,
             if n_res == 0:
                 continue
             # Tokens that end right after the byte: stored with the group (no trie reads).
+            if grp_tok_start[q] < grp_tok_start[q + 1]:
+                for r in range(n_res):
+                    c = dist[res[0, r]] + (fr_cum[res[1, r]] if res[1, r] >= 0 else 0)
+                    if c > counts[2]:
+                        counts[2] = c
             for p in range(grp_tok_start[q], grp_tok_start[q + 1]):
                 t = grp_tok[p]
                 row[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
@@ -457,7 +465,7 @@ def _find(key, n, limit, h, memo_keys):
 
 @_jit
 def _memo_lookup(g, top, fr_ret, fr_parent, fr_cum, dist, passes, limit, memo_keys, memo_rows, memo_used, key_depth,
-                 key_frame, row):
+                 key_frame, memo_cost, found, row):
     """The remembered mask of the configuration ``(g, top)`` into ``row``: its
     slot, or -1.
 
@@ -471,7 +479,9 @@ def _memo_lookup(g, top, fr_ret, fr_parent, fr_cum, dist, passes, limit, memo_ke
     cost as its part above the prefix plus the distance of the frames below
     (:func:`_below`), so its key ends with ``limit`` minus that distance.
     The memo is set-associative (:data:`_MEMO_WAYS` slots per set);
-    ``memo_used`` holds each slot's last-use stamp, then the clock."""
+    ``memo_used`` holds each slot's last-use stamp, then the clock.  On a hit,
+    ``found[0]`` is the remembered cost bound (:func:`_memo_store`) plus the
+    distance below the prefix."""
     key = memo_keys[-1]
     n = _stack_key(g, top, fr_ret, fr_parent, passes, key, key_depth, key_frame)
     memo_used[-1] += 1
@@ -486,6 +496,7 @@ def _memo_lookup(g, top, fr_ret, fr_parent, fr_cum, dist, passes, limit, memo_ke
         s = _find(key, length, extra, h, memo_keys)
         if s >= 0:
             row[:] = memo_rows[s]
+            found[0] = memo_cost[s] + _below(key, key_frame, length, top, fr_cum, fr_ret, dist)
             if memo_used[s] < clock - slots:
                 memo_used[s] = clock  # (refreshed rarely: replies remember (slot, stamp) pairs)
             return s
@@ -493,12 +504,14 @@ def _memo_lookup(g, top, fr_ret, fr_parent, fr_cum, dist, passes, limit, memo_ke
 
 
 @_jit
-def _memo_store(top, fr_ret, fr_cum, dist, limit, memo_keys, memo_rows, memo_used, key_depth, key_frame, row, depth):
+def _memo_store(top, fr_ret, fr_cum, dist, limit, memo_keys, memo_rows, memo_used, key_depth, key_frame, memo_cost,
+                cost, row, depth):
     """Remember ``row``, the mask of the configuration whose stack
     :func:`_memo_lookup` last keyed (with the same ``limit``), read down to
-    ``depth`` (-1: not at all) by its walk; replaces the set's least recently
-    used slot.  Returns the slot, or -1 when the key would be longer than a
-    key holds."""
+    ``depth`` (-1: not at all) by its walk, and ``cost`` (a bound on the
+    costs the walk saw, less the distance below the key: the same for every
+    stack the key stands for); replaces the set's least recently used slot.
+    Returns the slot, or -1 when the key would be longer than a key holds."""
     key = memo_keys[-1]
     n = 2
     while n < key[0] and key_depth[n] <= depth:
@@ -510,8 +523,9 @@ def _memo_store(top, fr_ret, fr_cum, dist, limit, memo_keys, memo_rows, memo_use
         h = (h ^ np.uint64(key[k] & 0xFFFFFFFF)) * _FNV_PRIME
     length = n
     extra = _NO_LIMIT_KEY
+    below = _below(key, key_frame, n, top, fr_cum, fr_ret, dist)
     if limit != _NO_LIMIT_KEY:
-        extra = limit - _below(key, key_frame, n, top, fr_cum, fr_ret, dist)
+        extra = limit - below
         h = (h ^ np.uint64(extra & 0xFFFFFFFF)) * _FNV_PRIME
         length = n + 1
     base = _memo_set(h, memo_keys)
@@ -524,6 +538,7 @@ def _memo_store(top, fr_ret, fr_cum, dist, limit, memo_keys, memo_rows, memo_use
     if length > n:
         memo_keys[oldest, n] = extra
     memo_rows[oldest] = row
+    memo_cost[oldest] = cost - below
     memo_used[-1] += 1
     memo_used[oldest] = memo_used[-1]
     return oldest
@@ -572,7 +587,7 @@ class _Scratch(threading.local):
                           np.empty((4, _EXPLORE_CAP), dtype=np.int32),   # scr
                           np.empty((2, _EXPLORE_CAP), dtype=np.int32),   # res
                           np.zeros(1, dtype=np.int32),                   # flags
-                          np.zeros(2, dtype=np.int64),                   # counts
+                          np.zeros(3, dtype=np.int64),                   # counts
                           np.zeros(1, dtype=np.int64),                   # nf
                           np.empty((2, 16), dtype=np.int32),             # configurations
                           np.full(3, -1, dtype=np.int32))                # stack reads (_read_frame)
@@ -667,12 +682,14 @@ class RuleMasks:
         unique: dict[bytes, int] = {}
         rows: list[np.ndarray] = []
         state_row = np.empty(n_states, dtype=np.int32)
+        row_cost: list[int] = []
         bnd_lists: list[np.ndarray] = []
         args = self._kernel_args
         for g in range(n_states):
             row[:] = 0
             items[0, 0], items[1, 0], items[2, 0] = 0, g, -1
             nf[0] = 0
+            counts[2] = 0
             rc = _walk_items(*args, items, 1, fr[0], fr[1], fr[2], fr[3], nf, _NO_LIMIT, row, np.int64(budget),
                              ws, scr, res, flags, bnd_out, bnd_stamp, np.int32(g + 1), counts, np.int32(0), _NONE,
                              trk)
@@ -687,6 +704,7 @@ class RuleMasks:
                 if len(rows) * self.words * 4 > MAX_ROW_BYTES:
                     return
             state_row[g] = k
+            row_cost.append(int(counts[2]))
             nodes = bnd_out[:counts[1]].copy()
             bnd_lists.append(nodes[np.argsort(trie.node_byte[nodes], kind="stable")])
         # Groups: per state, one entry per distinct byte read after a return:
@@ -722,36 +740,49 @@ class RuleMasks:
         #: states whose frame a token can return from (the others' mask is their row alone)
         self.returns = (self.grp_off[1:] > self.grp_off[:-1]).tolist()
         self._state_rows = [self.rows[k] for k in state_row.tolist()]
+        #: per state, the costliest configuration a token of its row ends in
+        #: (frames pushed by the token included, the stack below not)
+        self._row_cost = row_cost
         for a in (self.grp_off, self.grp_byte, self.grp_tok_start, self.grp_tok, self.grp_start, self.bnd_node,
                   self.rows, self.state_row):
             a.flags.writeable = False
 
-    def fill(self, configs_state: Configurations, configs: tuple[tuple[int, int], ...], out: np.ndarray) -> bool:
+    def fill(self, configs_state: Configurations, configs: tuple[tuple[int, int], ...], out: np.ndarray) -> "int | None":
         """The grammar mask of ``configs`` into ``out`` (int32 words, stop ids not
-        set).  False when the walk passed its cap (then ``out`` is undefined)."""
+        set).  Returns a bound on the distance (bytes to finish) of every
+        configuration an allowed token leaves: when it fits the tokens left, no
+        budget check is needed.  None when the walk passed its cap (then
+        ``out`` is undefined)."""
         words = out.view(np.uint32)
         if len(configs) == 1:
             g0, f0 = configs[0]
+            below = configs_state._cum[f0] if f0 >= 0 else 0
             if f0 < 0 or not self.returns[g0]:
                 words[...] = self._state_rows[g0]  # no token returns: the row is the mask
-                return True
+                return self._row_cost[g0] + below
+        else:
+            g0 = f0 = -1
+            below = 0
         memo = self._memo if self._memo is not None else self._memo_tables()
         # The same configurations again in this reply (frames are interned per
         # reply): the memo slot its mask went to, unless that slot was reused.
-        if self._remembered(memo, configs_state.memo_slots.get(configs), words):
-            return True
+        seen = configs_state.memo_slots.get(configs)
+        if self._remembered(memo, seen, words):
+            return seen[2]
         single = len(configs) == 1
-        keys, rows, used, key_depth, key_frame = memo[0]
+        keys, rows, used, key_depth, key_frame, memo_cost, found = memo[0]
+        dist = self.model.dist
         # The tables are shared by every reply of the grammar and vLLM may fill
         # from a thread pool: the lock is held across the (GIL-free) kernels.
         with self._memo_lock:
             if single:
                 ret, parent, cum = configs_state.frames  # the reply's frames
-                slot = _memo_lookup(g0, f0, ret, parent, cum, self.model.dist, self._passes, _NO_LIMIT_KEY,
-                                    keys, rows, used, key_depth, key_frame, words)
+                slot = _memo_lookup(g0, f0, ret, parent, cum, dist, self._passes, _NO_LIMIT_KEY,
+                                    keys, rows, used, key_depth, key_frame, memo_cost, found, words)
                 if slot >= 0:
-                    configs_state.memo_slots[configs] = (slot, int(used[slot]))
-                    return True
+                    bound = max(int(found[0]), self._row_cost[g0] + below)
+                    configs_state.memo_slots[configs] = (slot, int(used[slot]), bound)
+                    return bound
             ws, items, scr, res, flags, counts, nf, cfg, trk = self._scratch.get(self.trie.n_nodes)
             if len(configs) <= cfg.shape[1]:
                 g, f = cfg[0, :len(configs)], cfg[1, :len(configs)]
@@ -776,19 +807,23 @@ class RuleMasks:
                 if rc != -2:
                     break
                 self.frame_spare *= 4
-            if rc == 0 and single:
-                slot = _memo_store(f0, ret, cum, self.model.dist, _NO_LIMIT_KEY, keys, rows, used, key_depth,
-                                   key_frame, words, trk[2])
+            if rc != 0:
+                return None
+            returning = int(counts[2])  # the costliest configuration a returning token ends in
+            rows_cost = max(self._row_cost[cg] + (configs_state._cum[cf] if cf >= 0 else 0) for cg, cf in configs)
+            if single:
+                slot = _memo_store(f0, ret, cum, dist, _NO_LIMIT_KEY, keys, rows, used, key_depth, key_frame,
+                                   memo_cost, returning, words, trk[2])
                 if slot >= 0:
-                    configs_state.memo_slots[configs] = (slot, int(used[slot]))
-        return rc == 0
+                    configs_state.memo_slots[configs] = (slot, int(used[slot]), max(returning, rows_cost))
+        return max(returning, rows_cost)
 
-    def _remembered(self, memo: tuple, seen: "tuple[int, int] | None", words: np.ndarray, table: int = 0) -> bool:
+    def _remembered(self, memo: tuple, seen: "tuple[int, ...] | None", words: np.ndarray, table: int = 0) -> bool:
         """Copy a reply's remembered slot of ``memo[table]`` into ``words`` if
         it still holds the mask (its stamp unchanged)."""
         if seen is None:
             return False
-        _, rows, used, _, _ = memo[table]
+        rows, used = memo[table][1], memo[table][2]
         with self._memo_lock:
             if used[seen[0]] == seen[1]:
                 words[...] = rows[seen[0]]
@@ -801,14 +836,16 @@ class RuleMasks:
         lookup's key), rows, last-use stamps (one more: the clock), and the
         depth and frame of each entry of the lookup's key.  A slot's stamp
         changes whenever its row does, so a reply's remembered ``(slot,
-        stamp)`` is valid while equal."""
+        stamp)`` is valid while equal.  Then each slot's cost bound and the
+        lookup's found bound (:func:`_memo_lookup`)."""
         with self._memo_lock:
             if self._memo is None:
                 slots = self._memo_rows
                 self._memo = tuple((np.full((slots + 1, _MEMO_KEY + 2), -3, dtype=np.int32),
                                     np.zeros((slots, self.words), dtype=np.uint32),
                                     np.zeros(slots + 1, dtype=np.int64), np.zeros(_MEMO_KEY + 2, dtype=np.int32),
-                                    np.zeros(_MEMO_KEY + 2, dtype=np.int32)) for _ in range(2))
+                                    np.zeros(_MEMO_KEY + 2, dtype=np.int32), np.zeros(slots, dtype=np.int64),
+                                    np.zeros(1, dtype=np.int64)) for _ in range(2))
             return self._memo
 
     def within(self, configs_state: Configurations, configs: tuple[tuple[int, int], ...], limit: int,
@@ -824,14 +861,14 @@ class RuleMasks:
         if self._remembered(memo, configs_state.budget_slots.get((configs, limit)), words, 1):
             return
         single = len(configs) == 1
-        keys, rows, used, key_depth, key_frame = memo[1]
+        keys, rows, used, key_depth, key_frame, memo_cost, found = memo[1]
         no_bnd = np.zeros(0, dtype=np.int32)
         with self._memo_lock:
             if single:
                 g0, f0 = configs[0]
                 ret, parent, cum = configs_state.frames
                 slot = _memo_lookup(g0, f0, ret, parent, cum, self.model.dist, self._passes, limit, keys, rows, used,
-                                    key_depth, key_frame, words)
+                                    key_depth, key_frame, memo_cost, found, words)
                 if slot >= 0:
                     configs_state.budget_slots[(configs, limit)] = (slot, int(used[slot]))
                     return
@@ -851,7 +888,7 @@ class RuleMasks:
                 if rc == 0:
                     if single:
                         slot = _memo_store(f0, ret, cum, self.model.dist, limit, keys, rows, used, key_depth,
-                                           key_frame, words, trk[2])
+                                           key_frame, memo_cost, 0, words, trk[2])
                         if slot >= 0:
                             configs_state.budget_slots[(configs, limit)] = (slot, int(used[slot]))
                     return

@@ -123,7 +123,8 @@ class RuleMatcher(TokenMatcher):
             return
         configs = self._history[-1]
         target = row if row.flags.c_contiguous else np.empty(self._words, dtype=np.int32)
-        if not self._masks.fill(self._configs, configs, target):
+        bound = self._masks.fill(self._configs, configs, target)
+        if bound is None:
             # The return walk passed its cap (only heavily ambiguous grammars,
             # many stacks at once): every token checked on its own, slow and exact.
             self._fill_one_by_one(configs, target)
@@ -136,8 +137,12 @@ class RuleMatcher(TokenMatcher):
             else:
                 target |= self._stop_row
         if self._budget is not None:
-            restrict_to_budget(self._masks, self._configs, configs, target, self._budget - self._accepted,
-                               self._stop_cost, self._stop_row)
+            remaining = self._budget - self._accepted
+            # Every allowed token leaves configurations that finish within
+            # ``bound`` bytes: if that fits, no token can break the budget.
+            if bound is None or bound > remaining - 1 - self._stop_cost:
+                restrict_to_budget(self._masks, self._configs, configs, target, remaining, self._stop_cost,
+                                   self._stop_row)
         if target is not row:
             row[...] = target
 
