@@ -387,6 +387,12 @@ _FNV_PRIME = np.uint64(1099511628211)
 
 
 @_jit
+def _fnv(h, x):
+    """One FNV-1a step over a key entry."""
+    return (h ^ np.uint64(x & 0xFFFFFFFF)) * _FNV_PRIME
+
+
+@_jit
 def _memo_set(h, memo_keys):
     """The first slot of the set a hash picks (after a finalising mix: FNV
     alone leaves keys that differ in one small state number in one set)."""
@@ -447,7 +453,7 @@ def _find(key, n, limit, h, memo_keys):
     :data:`_NO_LIMIT_KEY`), ``h`` the FNV hash of ``key[1:n]``; or -1."""
     length = n
     if limit != _NO_LIMIT_KEY:
-        h = (h ^ np.uint64(limit & 0xFFFFFFFF)) * _FNV_PRIME
+        h = _fnv(h, limit)
         length = n + 1
     base = _memo_set(h, memo_keys)
     for s in range(base, base + _MEMO_WAYS):
@@ -489,7 +495,7 @@ def _memo_lookup(g, top, fr_ret, fr_parent, fr_cum, dist, passes, limit, memo_ke
     slots = memo_keys.shape[0] - 1
     h = _FNV_START
     for length in range(2, n + 1):
-        h = (h ^ np.uint64(key[length - 1] & 0xFFFFFFFF)) * _FNV_PRIME
+        h = _fnv(h, key[length - 1])
         extra = _NO_LIMIT_KEY
         if limit != _NO_LIMIT_KEY:
             extra = limit - _below(key, key_frame, length, top, fr_cum, fr_ret, dist)
@@ -520,13 +526,13 @@ def _memo_store(top, fr_ret, fr_cum, dist, limit, memo_keys, memo_rows, memo_use
         return -1  # read deeper than the key reaches (it is full)
     h = _FNV_START
     for k in range(1, n):
-        h = (h ^ np.uint64(key[k] & 0xFFFFFFFF)) * _FNV_PRIME
+        h = _fnv(h, key[k])
     length = n
     extra = _NO_LIMIT_KEY
     below = _below(key, key_frame, n, top, fr_cum, fr_ret, dist)
     if limit != _NO_LIMIT_KEY:
         extra = limit - below
-        h = (h ^ np.uint64(extra & 0xFFFFFFFF)) * _FNV_PRIME
+        h = _fnv(h, extra)
         length = n + 1
     base = _memo_set(h, memo_keys)
     oldest = base
