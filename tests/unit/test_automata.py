@@ -294,3 +294,65 @@ def test_realistic_json_object_regex_builds_within_budget() -> None:
     bad = '{"field_03":true,"field_00":"x"}'  # out of order
     assert not dfa.matches(bad.encode()) and not re.fullmatch(pattern, bad)
     assert compile_regex(regex_escape("{}")).matches(b"{}")
+
+
+# --- minimisation against Moore's refinement ------------------------------------------------
+
+def _moore_blocks(table: np.ndarray, accepting: np.ndarray, labels: np.ndarray | None) -> np.ndarray:
+    """Coarsest equivalence of a partial table (missing = an implicit sink) by Moore's
+    refinement with ``np.unique`` (the independent oracle of ``hopcroft``)."""
+    n, k = table.shape
+    full = np.vstack([np.where(table < 0, n, table), np.full((1, k), n)])
+    first = [np.append(accepting, False)[:, None].astype(np.int64)]
+    if labels is not None:
+        first.append(np.vstack([labels, np.full((1, labels.shape[1]), -7)]).astype(np.int64))
+    first.append(np.append(np.zeros(n, np.int64), 1)[:, None])  # the sink apart
+    _, block = np.unique(np.hstack(first), axis=0, return_inverse=True)
+    block = block.reshape(-1)
+    while True:
+        _, new = np.unique(np.hstack([block[:, None], block[full]]), axis=0, return_inverse=True)
+        new = new.reshape(-1)
+        if new.max() == block.max():
+            return new[:n]
+        block = new
+
+
+def _same_partition(a: np.ndarray, b: np.ndarray) -> bool:
+    pairs = set(zip(a.tolist(), b.tolist()))
+    return len(pairs) == len(set(a.tolist())) == len(set(b.tolist()))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(1, 40), st.integers(1, 6), st.integers(0, 2**32 - 1), st.booleans())
+def test_hopcroft_is_the_coarsest_equivalence(n: int, k: int, seed: int, with_labels: bool) -> None:
+    """``hopcroft`` (row hashing for its first partition, then splitting) gives
+    exactly Moore's partition, on live partial tables with and without labels."""
+    from poot_vllm.core.automata.build import hopcroft, live_states
+
+    rng = np.random.default_rng(seed)
+    table = np.where(rng.random((n, k)) < 0.3, -1, rng.integers(0, max(n // 3, 1), (n, k))).astype(np.int64)
+    table[:, :k] = np.where(rng.random((n, k)) < 0.5, table, rng.integers(0, n, (n, k)))
+    accepting = rng.random(n) < 0.3
+    accepting[rng.integers(n)] = True
+    live = live_states(table, accepting)
+    keep = np.flatnonzero(live)
+    remap = np.full(n, -1)
+    remap[keep] = np.arange(keep.size)
+    table = np.where(table >= 0, remap[np.maximum(table, 0)], -1)[keep]
+    accepting = accepting[keep]
+    labels = rng.integers(0, 2, (keep.size, 2)) if with_labels else None
+    got = np.asarray(hopcroft(table, accepting, labels))
+    assert _same_partition(got, _moore_blocks(table, accepting, labels))
+
+
+@given(st.lists(st.lists(st.integers(-2, 2), min_size=3, max_size=3), min_size=1, max_size=30))
+def test_row_ids_group_equal_rows_in_order_of_first_appearance(rows: list[list[int]]) -> None:
+    from poot_vllm.core.automata.build import first_of_equal, row_ids
+
+    matrix = np.asarray(rows, dtype=np.int64)
+    ids = row_ids(matrix)
+    _, inverse = np.unique(matrix, axis=0, return_inverse=True)
+    assert _same_partition(ids, inverse.reshape(-1))
+    assert ids[0] == 0 and all(ids[i] <= ids[:i].max(initial=-1) + 1 for i in range(len(ids)))
+    first = first_of_equal(matrix)
+    assert (ids[first] == np.arange(first.size)).all() and all((ids[:f] != ids[f]).all() for f in first)

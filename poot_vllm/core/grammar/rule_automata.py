@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from poot_vllm.core.automata.build import first_of_equal
 from poot_vllm.core.automata.utf8 import DONE, codepoint_automaton
 from poot_vllm.core.grammar.gbnf import (Alternation, ByteAutomaton, CharClass, Grammar, Literal, Node, Repeat, RuleRef,
                                          Sequence, cycle_node, reachable_rules)
@@ -303,7 +304,7 @@ def _minimized(byte_next: np.ndarray, call_rows: list, accepting: list, offsets:
         for callee, ret in calls:
             call_ret[g, col[callee]] = ret
     # bytes every state treats alike need one column (JSON grammars: a few dozen of 256)
-    columns = np.unique(byte_next.T, axis=0).T
+    columns = byte_next[:, first_of_equal(byte_next.T)]
     targets = np.hstack([call_ret, columns])
     # classes numbered 0..count-1 from the start (all accepting: one class, 0)
     cls = np.unique(np.asarray(accepting, dtype=np.int64), return_inverse=True)[1].astype(np.int64).ravel()
