@@ -346,14 +346,41 @@ def test_near_the_mask_work_limit_the_index_is_built_before_the_first_mask():
     from poot_vllm.core.errors import LimitExceeded
     from poot_vllm.core.masks import estimate_mask_work
 
+    # (or where the vocabulary's own bound of the full build's work is inside it)
     dfa = DFAS["schema"]
     estimate = estimate_mask_work(dfa, FULL.size)
     trie = TokenTrie.build(FULL)
+    bound = lazy_masks.work_bound(dfa, trie)
     is_stop = _pending(dfa).is_stop
     assert lazy_eligible(dfa, trie, is_stop, estimate * lazy_masks.LAZY_WORK_SHARE)
-    assert not lazy_eligible(dfa, trie, is_stop, estimate * lazy_masks.LAZY_WORK_SHARE - 1)
+    assert lazy_eligible(dfa, trie, is_stop, bound)
+    assert not lazy_eligible(dfa, trie, is_stop, min(estimate * lazy_masks.LAZY_WORK_SHARE, bound) - 1)
     with pytest.raises(LimitExceeded):
-        CompiledDFA.build(dfa, FULL, max_work=estimate // 100, lazy=True)
+        CompiledDFA.build(dfa, FULL, max_work=min(estimate, bound) // 100, lazy=True)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.integers(0, 10**9), st.booleans())
+def test_the_work_bound_bounds_the_full_builds_work(seed, counted):
+    """``work_bound`` is what lets a constraint whose vocabulary-free estimate is
+    near the limit be served lazily: the full build's real trie-node visits never
+    pass it (random DFAs, counted regions, random vocabularies with long tokens)."""
+    from poot_vllm.core.masks import DFAMaskIndex
+
+    rng = random.Random(seed)
+    if counted:
+        dfa = compile_regex(rng.choice(COUNTED_PATTERNS) % (rng.randint(16, 22), rng.randint(16, 22)))
+    else:
+        dfa = random_dfa(rng, b"abc,", rng.randint(2, 12))
+    tokens = sorted({bytes(rng.choice(b"abc,") for _ in range(rng.randint(1, 24))) for _ in range(rng.randint(3, 40))}
+                    | {bytes([b]) for b in b"abc,"})
+    vocab = make_vocab(tokens + [None], {len(tokens)}, len(tokens) + 3)
+    trie = TokenTrie.build(vocab)
+    index = DFAMaskIndex.build(dfa, vocab, trie)
+    assert index.mask_work <= lazy_masks.work_bound(dfa, trie)
+    for name in DFAS:
+        index = DFAMaskIndex.build(DFAS[name], FULL, TokenTrie.build(FULL))
+        assert index.mask_work <= lazy_masks.work_bound(DFAS[name], TokenTrie.build(FULL)), name
 
 
 def test_a_background_build_shortens_the_gil_switch_interval_while_it_runs():
