@@ -121,10 +121,10 @@ def _handoff_dir():
 def _api_server_check(backend, option, spec) -> None:
     """Untimed: what the API server does before the engine sees the request (publishes the DFA)."""
     from poot_vllm.adapter.backend import constraint_for
-    from poot_vllm.core import constraints
+    from poot_vllm.core import constraints, handoff
 
     with _handoff_dir():
-        for path in Path(_HANDOFF_DIR).glob("*.npz"):
+        for path in Path(_HANDOFF_DIR).glob("*" + handoff.SUFFIX):
             path.unlink()
         try:
             constraints.compile_automaton(constraint_for(option, spec), backend.limits, publish=True)

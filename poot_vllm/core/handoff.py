@@ -7,8 +7,9 @@ second time, on the request's path to its first token.  The API server
 therefore *publishes* each DFA it built into a private directory, and the
 engine *takes* it from there before building its own.
 
-The store is a directory of ``.npz`` files (numpy arrays only, never pickles),
-one per (constraint, limits), written atomically (temporary file, then
+The store is a directory of ``.dfa`` files (raw little-endian arrays behind a
+fixed header, :func:`encode`; never pickles), one per (constraint, limits),
+written atomically (temporary file, then
 ``os.replace``), so a reader sees a whole file or none.  It is bounded in
 bytes (oldest files go first) and is only a cache: a missing, evicted or
 unreadable file means the engine builds the DFA itself, as before.  What the
@@ -25,9 +26,9 @@ other machines (multi-node) do not share it and simply build.
 from __future__ import annotations
 
 import hashlib
-import io
 import logging
 import os
+import struct
 import tempfile
 import threading
 from pathlib import Path
@@ -40,7 +41,12 @@ from poot_vllm.core.limits import env_switch
 logger = logging.getLogger("vllm.poot")
 
 #: Bumped when the file layout changes, so an old file is never misread.
-FORMAT = "v1"
+FORMAT = "v2"
+#: File name suffix, and the first bytes of every file.
+SUFFIX = ".dfa"
+MAGIC = b"POOTDFA2"
+#: After the magic: states, start state, counted (0/1), all little-endian int64.
+_HEADER = struct.Struct("<qqq")
 #: Default bound of the directory's size (``POOT_HANDOFF_BYTES``).
 DEFAULT_MAX_BYTES = 256 * 1024 * 1024
 
@@ -68,7 +74,52 @@ def key_of(constraint: Any, limits: Any) -> str:
     for part in (FORMAT, constraint.kind.value, constraint.spec, repr(limits)):
         digest.update(part.encode("utf-8", "surrogatepass"))
         digest.update(b"\0")
-    return f"{FORMAT}-{digest.hexdigest()}.npz"
+    return f"{FORMAT}-{digest.hexdigest()}{SUFFIX}"
+
+
+def encode(arrays: dict[str, np.ndarray]) -> bytes:
+    """One file's bytes: the magic, the header, then the arrays' raw bytes in a
+    fixed order (transitions int32, accepting uint8; a counted DFA's actions
+    int8 and counter limits int32).  Why not ``.npz``: loading one took ~0.5
+    ms (a zip directory, a header parsed per array), a fifth of the engine's
+    median time to a first mask; this reads in ~0.03 ms."""
+    transitions = np.ascontiguousarray(arrays["transitions"], dtype="<i4")
+    counted = "actions" in arrays
+    parts = [MAGIC, _HEADER.pack(transitions.shape[0], int(arrays["start"][0]), int(counted)),
+             transitions.tobytes(), np.ascontiguousarray(arrays["accepting"], dtype=np.uint8).tobytes()]
+    if counted:
+        parts += [np.ascontiguousarray(arrays["actions"], dtype=np.int8).tobytes(),
+                  np.ascontiguousarray(arrays["counter_limit"], dtype="<i4").tobytes()]
+    return b"".join(parts)
+
+
+def decode(data: bytes) -> dict[str, np.ndarray]:
+    """The arrays of :func:`encode`'s bytes (read-only views of ``data``); ValueError
+    on a foreign or damaged file (wrong magic, length or flag)."""
+    head = len(MAGIC) + _HEADER.size
+    if len(data) < head or data[:len(MAGIC)] != MAGIC:
+        raise ValueError("not a poot automaton file")
+    n, start, counted = _HEADER.unpack_from(data, len(MAGIC))
+    if n <= 0 or counted not in (0, 1) or not 0 <= start < n:
+        raise ValueError("bad header")
+    sizes = [("transitions", "<i4", (n, 256)), ("accepting", np.uint8, (n,))]
+    if counted:
+        sizes += [("actions", np.int8, (n, 256)), ("counter_limit", "<i4", (n,))]
+    if len(data) != head + sum(int(np.prod(shape)) * np.dtype(dt).itemsize for _, dt, shape in sizes):
+        raise ValueError("truncated or padded file")
+    arrays: dict[str, np.ndarray] = {"start": np.array([start], dtype=np.int64)}
+    offset = head
+    for name, dt, shape in sizes:
+        count = int(np.prod(shape))
+        arrays[name] = np.frombuffer(data, dtype=dt, count=count, offset=offset).reshape(shape)
+        offset += count * np.dtype(dt).itemsize
+    accepting = arrays["accepting"]
+    if accepting.size and accepting.max() > 1:
+        raise ValueError("accepting flags other than 0/1")
+    arrays["accepting"] = accepting.view(np.bool_)
+    arrays["transitions"] = arrays["transitions"].astype(np.int32, copy=False)
+    arrays["counter_limit"] = arrays["counter_limit"].astype(np.int32, copy=False) if counted else None
+    return arrays
 
 
 def publish(constraint: Any, limits: Any, dfa: Any) -> None:
@@ -89,10 +140,8 @@ def publish(constraint: Any, limits: Any, dfa: Any) -> None:
         if dfa.actions is not None:
             arrays["actions"] = dfa.actions
             arrays["counter_limit"] = dfa.counter_limit
-        buffer = io.BytesIO()
-        np.savez(buffer, **arrays)
-        data = buffer.getvalue()
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".npz")
+        data = encode(arrays)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=SUFFIX)
         try:
             with os.fdopen(fd, "wb") as out:
                 out.write(data)
@@ -112,8 +161,7 @@ def take(constraint: Any, limits: Any) -> Any | None:
         return None
     path = _directory() / key_of(constraint, limits)
     try:
-        with np.load(path, allow_pickle=False) as arrays:
-            dfa = _checked_dfa({name: arrays[name] for name in arrays.files})
+        dfa = _checked_dfa(decode(path.read_bytes()))
     except FileNotFoundError:
         return None
     except Exception:  # noqa: BLE001 - a damaged file: build instead, and say so
@@ -150,7 +198,9 @@ def _checked_dfa(arrays: dict[str, np.ndarray]) -> Any:
     if actions is not None:
         if actions.dtype != np.int8 or limit.dtype != np.int32:
             raise ValueError("unexpected counter array types")
-        if not np.isin(actions, (ACT_NONE, ACT_INC, ACT_SET1)).all() or limit.min(initial=0) < 0:
+        known = np.zeros(256, dtype=bool)
+        known[np.array([ACT_NONE, ACT_INC, ACT_SET1], dtype=np.int8).view(np.uint8)] = True
+        if not known[actions.view(np.uint8)].all() or limit.min(initial=0) < 0:
             raise ValueError("counter actions or limits out of range")
     # DFA's own constructor checks the shapes and makes the arrays read-only.
     return DFA(transitions=transitions, accepting=accepting, start=int(start[0]), actions=actions,
@@ -171,7 +221,7 @@ def _note_written(size: int) -> None:
         _written_since_scan = 0
     files = []
     for entry in os.scandir(_directory()):
-        if entry.name.endswith(".npz") and not entry.name.startswith(".tmp-"):
+        if entry.name.endswith(SUFFIX) and not entry.name.startswith(".tmp-"):
             try:
                 stat = entry.stat()
             except FileNotFoundError:

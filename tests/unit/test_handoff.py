@@ -68,7 +68,7 @@ def _same_dfa(a: DFA, b: DFA) -> None:
 ], ids=["regex", "choice", "counted-schema"])
 def test_the_engine_takes_what_the_api_server_checked(handoff_dir, monkeypatch, constraint):
     checked = compile_automaton(constraint, publish=True)  # the API server's validation
-    assert list(handoff_dir.glob("*.npz")), "nothing was published"
+    assert list(handoff_dir.glob("*" + handoff.SUFFIX)), "nothing was published"
     before = handoff.hits()
     taken = _engine_compile(constraint, monkeypatch)
     assert handoff.hits() == before + 1
@@ -119,30 +119,37 @@ def test_other_limits_are_another_file(handoff_dir):
 
 def _published_file(handoff_dir: Path, constraint: Constraint) -> Path:
     compile_automaton(constraint, publish=True)
-    (path,) = handoff_dir.glob("*.npz")
+    (path,) = handoff_dir.glob("*" + handoff.SUFFIX)
     return path
 
 
-@pytest.mark.parametrize("damage", ["truncated", "out-of-range", "bad-action", "pickle"])
+@pytest.mark.parametrize("damage", ["truncated", "padded", "out-of-range", "bad-start", "bad-flag", "bad-action",
+                                    "foreign"])
 def test_a_damaged_file_is_built_instead(handoff_dir, caplog, damage):
     constraint = regex_constraint("[0-9]{1,3}x", DEFAULT_LIMITS)
     path = _published_file(handoff_dir, constraint)
+    arrays = {k: (None if v is None else v.copy()) for k, v in handoff.decode(path.read_bytes()).items()}
     if damage == "truncated":
         path.write_bytes(path.read_bytes()[:100])
+    elif damage == "padded":
+        path.write_bytes(path.read_bytes() + b"\0" * 4)
     elif damage == "out-of-range":
-        with np.load(path) as f:
-            arrays = {k: f[k] for k in f.files}
-        arrays["transitions"] = arrays["transitions"].copy()
         arrays["transitions"][0, ord("1")] = arrays["transitions"].shape[0] + 5
-        np.savez(path, **arrays)
+        path.write_bytes(handoff.encode(arrays))
+    elif damage == "bad-start":
+        arrays["start"] = np.array([arrays["transitions"].shape[0]])
+        path.write_bytes(handoff.encode(arrays))
+    elif damage == "bad-flag":
+        data = bytearray(path.read_bytes())
+        data[len(handoff.MAGIC) + 24 + arrays["transitions"].nbytes] = 7  # the first accepting flag
+        path.write_bytes(bytes(data))
     elif damage == "bad-action":
-        with np.load(path) as f:
-            arrays = {k: f[k] for k in f.files}
         arrays["actions"] = np.full(arrays["transitions"].shape, 7, dtype=np.int8)
         arrays["counter_limit"] = np.zeros(arrays["accepting"].shape, dtype=np.int32)
-        np.savez(path, **arrays)
-    else:  # an object array needs pickle, which the loader never allows
-        np.savez(path, transitions=np.array([object()], dtype=object))
+        path.write_bytes(handoff.encode(arrays))
+    else:  # another program's file under the same name (an .npz, say)
+        np.savez(path.with_suffix(".npz"), transitions=arrays["transitions"])
+        path.write_bytes(path.with_suffix(".npz").read_bytes())
     assert handoff.take(constraint, DEFAULT_LIMITS) is None
     constraints_mod._automata.clear()
     assert compile_automaton(constraint).matches(b"12x")  # built, correct
@@ -150,7 +157,7 @@ def test_a_damaged_file_is_built_instead(handoff_dir, caplog, damage):
 
 def test_grammars_are_not_handed_over(handoff_dir):
     compile_automaton(Constraint(Kind.GRAMMAR, 'root ::= "a" root | "b"'), publish=True)
-    assert not list(handoff_dir.glob("*.npz"))
+    assert not list(handoff_dir.glob("*" + handoff.SUFFIX))
 
 
 def test_the_directory_stays_within_its_bound(handoff_dir, monkeypatch):
@@ -159,12 +166,12 @@ def test_the_directory_stays_within_its_bound(handoff_dir, monkeypatch):
     sizes = []
     for i in range(40):
         compile_automaton(regex_constraint(f"(item{i}|[a-z]{{3}}){{1,4}}#{i}", DEFAULT_LIMITS), publish=True)
-        total = sum(p.stat().st_size for p in handoff_dir.glob("*.npz"))
+        total = sum(p.stat().st_size for p in handoff_dir.glob("*" + handoff.SUFFIX))
         sizes.append(total)
-    largest = max(p.stat().st_size for p in handoff_dir.glob("*.npz"))
+    largest = max(p.stat().st_size for p in handoff_dir.glob("*" + handoff.SUFFIX))
     # Scanned after every eighth of the bound written: never more than that over, plus one file.
     assert max(sizes) <= bound + bound // 8 + largest
-    assert len(list(handoff_dir.glob("*.npz"))) < 40  # the oldest files were evicted
+    assert len(list(handoff_dir.glob("*" + handoff.SUFFIX))) < 40  # the oldest files were evicted
 
 
 @pytest.mark.parametrize("name,value", [("POOT_HANDOFF", "maybe"), ("POOT_HANDOFF_BYTES", "-1"),
