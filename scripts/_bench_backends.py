@@ -202,6 +202,11 @@ CLIENT_MODELS = {
                        **{f"flag_{i:02d}": {"type": "boolean"} for i in range(5)},
                        **{f"tag_{i:02d}": {"enum": ["low", "medium", "high"]} for i in range(5)}}),
     "nested_tools_required": _required_tools_schema({"create_customer": _CUSTOMER, "create_order": _ORDER}),
+    # A user profile as Pydantic writes it: EmailStr, HttpUrl, a hostname, a date-time.
+    "profile_formats": _model({"name": _string(80), "email": {"type": "string", "format": "email"},
+                               "homepage": {"type": "string", "format": "uri", "minLength": 1, "maxLength": 2083},
+                               "host": {"type": "string", "format": "hostname"},
+                               "joined": {"type": "string", "format": "date-time"}}),
 }
 
 

@@ -236,6 +236,19 @@ def test_email_lengths_stay_inside_rfc_5321():
     assert format_regex("email")[2] <= 254
 
 
+def test_hostname_lengths_stay_inside_rfc_1123():
+    """Counted labels (a handful of states each) keep RFC 1123's bounds: labels of
+    at most 63 characters, at most 253 in all; punycode labels still fit ``hostname``."""
+    longest = ".".join(["a" + "--b" * 17] + ["a" + "--b" * 16] * 4)
+    assert len(longest) <= 253 and accepts("hostname", longest)
+    assert_valid("hostname", longest)
+    assert not accepts("hostname", longest + "c") and not accepts("hostname", longest + ".a")
+    for fmt in ("hostname", "idn-hostname"):
+        assert format_regex(fmt)[2] <= 253
+    assert accepts("hostname", "xn--bcher-kva.example") and not accepts("idn-hostname", "xn--bcher-kva.example")
+    assert accepts("uri", "https://" + "a" + "-b" * 31 + ".example/") and not accepts("uri", "https://a--b.example/")
+
+
 # -- budgets and schemas real clients send --------------------------------------------------------
 def test_every_format_fits_the_default_budget_with_room_to_spare():
     for fmt in ORACLES:
@@ -378,7 +391,7 @@ def test_unsupported_format_and_too_small_uri_bound_are_refused_with_pointer():
     with pytest.raises(UnsupportedConstruct, match=r"'format' at /format"):
         schema_to_regex({"type": "string", "format": "file-path"})  # Pydantic's FilePath looks at the disk
     with pytest.raises(UnsupportedConstruct, match=r"'maxLength' at /maxLength.*maxLength >= \d+"):
-        schema_to_regex({"type": "string", "format": "uri", "maxLength": 50})
+        schema_to_regex({"type": "string", "format": "uri", "maxLength": 40})
 
 
 @settings(max_examples=200, deadline=None)

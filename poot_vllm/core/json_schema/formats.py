@@ -29,14 +29,17 @@ side: fewer strings, every one valid.  docs/json-schema.md lists each choice.
 * ``ipv6``: RFC 4291 text forms (1-4 hex digits per group, either case, one
   ``::``, an embedded dotted quad in the last 32 bits); no zone id
   (jsonschema rejects ``%eth0``).
-* ``hostname``: RFC 1123 LDH labels: a first label of at most 40 characters,
-  then up to 4 labels of at most 24 (at most 140 characters, inside 253;
-  about 270 automaton states).
+* ``hostname``: RFC 1123 LDH labels, hyphen runs of at most 2 (punycode
+  ``xn--`` labels fit): a first label of at most 18 letters and digits (52
+  characters), then up to 4 labels of at most 17 (49): at most 252
+  characters, inside 253.  Counted labels: ~40 automaton states (labels
+  written position by position were 276).
 * ``uri`` (RFC 3986): ``scheme://[userinfo@]host[:port]path[?query][#fragment]``
   or ``scheme:path`` (schemes other than the WHATWG special ones, e.g.
-  ``mailto:``, ``urn:``).  Host: a dotted quad or LDH labels whose last one
-  starts with a letter (the WHATWG parser Pydantic uses reads a numeric last
-  label as IPv4); ports 0-65535; ``file`` URIs without userinfo or port;
+  ``mailto:``, ``urn:``).  Host: a dotted quad or LDH labels that start
+  with a letter (the WHATWG parser Pydantic uses reads a numeric last label
+  as IPv4) and have no ``--`` (at most 32 letters and digits, 63 characters;
+  counted, as for ``hostname``); ports 0-65535; ``file`` URIs without userinfo or port;
   schemes of at most 16 characters; no IP literals, no percent-escapes in
   the host, no empty authority/path forms.
 * ``uri-reference``: a ``uri`` or a relative reference (``//host/...``,
@@ -162,9 +165,25 @@ def except_words(first: frozenset, rest: frozenset, lo: int, hi: int | None, wor
     return alts[0] if len(alts) == 1 else "(?:" + "|".join(alts) + ")"
 
 
-def _label(max_len: int) -> str:
-    """An RFC 1123 LDH label of 1..max_len characters."""
-    return f"{_A}(?:{_L}{{0,{max_len - 2}}}{_A})?"
+def _counted_label(max_len: int, first: str = _A, hyphens: int = 1) -> str:
+    """An LDH label of 1..max_len characters whose hyphen runs are at most
+    ``hyphens`` long (a narrowing): at most ``(max_len - 1) // (hyphens + 1) + 1``
+    letters and digits.
+
+    Why this shape: ``[A-Za-z0-9-]{0,n}[A-Za-z0-9]`` cannot be counted (a
+    letter may continue the run or end it), so it is built a state per
+    position, ~``max_len`` states per label, and each state inside a label
+    costs a walk of most of the vocabulary (a ``hostname`` field with its five
+    labels was 276 states and 215 ms to its first mask at 128k tokens).
+    ``(?:-{0,h}[A-Za-z0-9]){0,k}`` is one counted item (``automata.counters``):
+    a handful of states per label.  With ``hyphens=1`` no label has ``--``
+    anywhere, so every label is also a valid IDNA A-label (``xn--`` punycode
+    and other ``??--`` labels are refused by ``idna``, ``email_validator`` and
+    the WHATWG host parser); ``hyphens=2`` keeps punycode labels
+    (``xn--bcher-kva``) for plain RFC 1123 hostnames.
+    """
+    dash = "-?" if hyphens == 1 else f"-{{0,{hyphens}}}"
+    return f"{first}(?:{dash}{_A}){{0,{(max_len - 1) // (hyphens + 1)}}}"
 
 
 def _idna_safe_label(max_len: int, first: str = _A) -> str:
@@ -223,7 +242,10 @@ SPECIAL_USE_TLDS = ("arpa", "invalid", "local", "localhost", "onion", "test")
 _TLD = except_words(_LOWER, _LOWER, 2, 24, SPECIAL_USE_TLDS, fold=False)
 EMAIL = f"{_ATEXT}(?:\\.?{_ATEXT}){{0,31}}@(?:{_idna_safe_label(24)}\\.){{1,2}}{_TLD}"
 
-HOSTNAME = f"{_label(40)}(?:\\.{_label(24)}){{0,4}}"
+#: A first label of at most 52 characters (18 letters and digits), then up to 4 of
+#: at most 49 (17): at most 252 characters, inside 253; hyphen runs of 1-2.  (Each
+#: label's count is at least 16, or it would be written out position by position.)
+HOSTNAME = f"{_counted_label(52, hyphens=2)}(?:\\.{_counted_label(49, hyphens=2)}){{0,4}}"
 
 # -- URIs (RFC 3986) ----------------------------------------------------------------------------
 _UNRESERVED_SUB = "A-Za-z0-9\\-._~!$&'()*+,;="
@@ -242,7 +264,7 @@ def _uri_host(labels: int | None, label_len: int) -> str:
     automaton never runs both (a label starting with a digit is a narrowing).
     """
     count = "*" if labels is None else f"{{0,{labels - 1}}}"
-    label = _idna_safe_label(label_len, _cls(_ALPHA))
+    label = _counted_label(label_len, _cls(_ALPHA))
     return f"(?:{IPV4}|{label}(?:\\.{label}){count})"
 
 
@@ -276,7 +298,8 @@ def _uri_parts(path: int | None) -> tuple[str, str, str, str]:
     return (f"(?:/{_rep(_PATH_CHAR, path - 1)})?", f"/(?:{first}{_rep(_PATH_CHAR, path - 2)})?", "", "")
 
 
-def _uri(path: int | None, query: int | None, fragment: int | None) -> tuple[str, str]:
+def _uri(path: int | None, query: int | None, fragment: int | None,
+         label: int = 0) -> tuple[str, str]:
     """(uri, uri-reference) regexes; path/query/fragment bounded in units when given.
 
     Only one copy of the host (each copy is a share of the automaton budget):
@@ -289,7 +312,7 @@ def _uri(path: int | None, query: int | None, fragment: int | None) -> tuple[str
     qchar = _QCHAR if query is None else _QUERY_CHAR
     q = f"(?:\\?{_rep(qchar, query)})?"
     f = f"(?:#{_rep(_QCHAR if fragment is None else _QUERY_CHAR, fragment)})?"
-    host = _uri_host(None, 63) if path is None else _uri_host(_BOUNDED_HOST_LABELS, _BOUNDED_LABEL)
+    host = _uri_host(None, 63) if path is None else _uri_host(_BOUNDED_HOST_LABELS, label)
     hier = f"{_SCHEME_NOT_FILE}://{host}(?::{_PORT})?{abempty}"
     if path is None:
         hier += f"|{_SCHEME_NOT_SPECIAL}:(?:{absolute}|{rootless})"
@@ -300,8 +323,9 @@ def _uri(path: int | None, query: int | None, fragment: int | None) -> tuple[str
     return uri, f"(?:{uri}|{relative})"
 
 
-#: host of a bounded URI: at most 4 labels of at most 20 characters
-_BOUNDED_HOST_LABELS, _BOUNDED_LABEL = 4, 20
+#: host of a bounded URI: at most 4 labels of at most 39 characters (20 letters and
+#: digits), halved with the path while the longest string does not fit
+_BOUNDED_HOST_LABELS, _BOUNDED_LABEL = 4, 39
 URI, URI_REFERENCE = _uri(None, None, None)
 
 JSON_POINTER_TOKEN_EXCLUDED = '"\\\\\\x00-\\x1f/~'
@@ -327,7 +351,9 @@ def relative_json_pointer(escaped: str = "") -> str:
 #: An IDNA 2008 hostname (``idn-hostname``): ASCII LDH labels are valid A-labels
 #: unless their 3rd-4th characters are ``--`` (``xn--`` must be valid punycode,
 #: other ``??--`` labels are reserved): jsonschema's ``idna`` check refuses them.
-IDN_HOSTNAME = f"{_idna_safe_label(40)}(?:\\.{_idna_safe_label(24)}){{0,4}}"
+#: Here no label has ``--`` at all: up to 5 labels of at most 25 letters and
+#: digits (49 characters), at most 249 characters.
+IDN_HOSTNAME = f"{_counted_label(49)}(?:\\.{_counted_label(49)}){{0,4}}"
 
 # -- URI templates (RFC 6570), ASCII literals -------------------------------------------------------
 #: ``literals`` of RFC 6570 without ``ucschar``/``iprivate``; no ``"`` or ``\\``,
@@ -457,18 +483,19 @@ def _bounded_uri(name: str, max_len: int) -> str:
     """A ``uri``/``uri-reference`` variant of at most ``max_len`` characters (a narrowing).
 
     Path, query and fragment of at most 64/48/16 characters without ``%XX``
-    escapes, a host of at most 4 labels of 20 characters: about 340 automaton
-    states (each state inside a string costs mask work per vocabulary
-    token); the caps halve until the longest string fits ``max_len``.
+    escapes, a host of at most 4 labels of 39 characters (20 letters and
+    digits, counted): about 150 automaton states (each state inside a string
+    costs mask work per vocabulary token); the caps halve until the longest
+    string fits ``max_len``.
     """
-    path, query, fragment = 64, 48, 16
+    path, query, fragment, label = 64, 48, 16, _BOUNDED_LABEL
     while path >= 2:
-        uri, ref = _uri(path, query, fragment)
+        uri, ref = _uri(path, query, fragment, label)
         regex = uri if name in ("uri", "iri", "url") else ref
         if length_range(regex)[1] <= max_len:  # type: ignore[operator]
             return regex
-        path, query, fragment = path // 2, query // 2, max(fragment // 2, 1)
-    uri, ref = _uri(2, 1, 1)
+        path, query, fragment, label = path // 2, query // 2, max(fragment // 2, 1), max(label // 2, 3)
+    uri, ref = _uri(2, 1, 1, 3)
     least = length_range(uri if name in ("uri", "iri", "url") else ref)[1]
     raise ValueError("poot bounds a URI with maxLength by capping host, path, query and fragment; "
                      f"that needs maxLength >= {least} (or no maxLength)")
