@@ -35,6 +35,7 @@ from typing import Any, Iterator
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from poot_vllm.core.automata.residues import MAX_RESIDUE, RESIDUE_BASE, residue_markers  # noqa: E402
 from poot_vllm.core.errors import PootError  # noqa: E402
 from poot_vllm.core.json_schema import schema_to_regex  # noqa: E402
 from poot_vllm.core.regex import ast  # noqa: E402
@@ -238,6 +239,21 @@ def check_grammar(item: dict, result: dict, samples: int, seed: int) -> None:
                 problems.append(f"grammar accepts an invalid instance: {text[:120]!r}")
 
 
+class _ReOrDfa:
+    """``re`` on a schema's regex, or poot's DFA where the regex holds a multipleOf residue
+    marker (automata/residues.py: Python's ``re`` would read it as a plain character)."""
+
+    def __init__(self, regex: str, dfa: Any = None) -> None:
+        self.rx = None if any(RESIDUE_BASE <= ord(ch) <= RESIDUE_BASE + MAX_RESIDUE for ch in regex) \
+            else re.compile(regex)
+        self.dfa = dfa
+
+    def fullmatch(self, text: str) -> bool:
+        if self.rx is not None:
+            return self.rx.fullmatch(text) is not None
+        return self.dfa is not None and self.dfa.matches(text.encode("utf-8"))
+
+
 def check_item(item: dict, samples: int = 4, seed: int = 0) -> dict:
     """Compile one item's schema and check exactness; a dict describing the outcome."""
     result: dict[str, Any] = {"id": item["id"], "subset": item["subset"]}
@@ -251,23 +267,27 @@ def check_item(item: dict, samples: int = 4, seed: int = 0) -> dict:
         return result
     result["compiled"] = True
     result["regex_chars"] = len(regex)
-    compiled = re.compile(regex)
+    compiled = _ReOrDfa(regex)
     problems: list[str] = []
     dfa = None
     if regex_to_dfa is not None:
         try:
-            dfa = regex_to_dfa(regex, DEFAULT_LIMITS)
+            with residue_markers(json.dumps(item["schema"], ensure_ascii=False)):  # residues, as the server builds them
+                dfa = regex_to_dfa(regex, DEFAULT_LIMITS)
             result["dfa"] = True
         except PootError as exc:  # over the automaton budget: served as a 400, not a bug
             try:  # ... unless shallower free-form values fit (what the server then serves, and checked here)
                 from poot_vllm.core.json_schema import served_regex
 
                 narrowed = served_regex(item["schema"])
-                dfa = regex_to_dfa(narrowed, DEFAULT_LIMITS)
-                regex, compiled = narrowed, re.compile(narrowed)
+                with residue_markers(json.dumps(item["schema"], ensure_ascii=False)):
+                    dfa = regex_to_dfa(narrowed, DEFAULT_LIMITS)
+                regex, compiled = narrowed, _ReOrDfa(narrowed, dfa)
                 result["dfa"] = result["free_form_fitted"] = True
             except PootError:
                 result["dfa_refused"] = str(exc)[:120]
+        if compiled.rx is None:
+            compiled.dfa = dfa
     rng = random.Random(seed)
     validator = _validator(item["schema"])
     for _ in range(samples):

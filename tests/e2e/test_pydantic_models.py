@@ -1,4 +1,5 @@
 """Pydantic models real clients send, served exactly (issue 14): emails, URIs, maps, optional and union fields,
+probabilities and temperatures (exclusive and fractional bounds), discriminated unions, multiples,
 dicts with pattern-constrained keys (``patternProperties``), recursive models (trees, expressions: grammars,
 exact at any depth, as response_format and as forced tools; docs/json-schema.md).
 
@@ -117,7 +118,39 @@ class Article(BaseModel):
     body: Annotated[str, Field(max_length=4000)]
 
 
-MODELS = [Contact, Network, Inventory, Order, Labels, Tags, TreeNode, Expr, Credentials, Event, Article]
+class Shipment(BaseModel):
+    # multipleOf with odd factors over wide ranges: a residue automaton beside the range (a 400 before)
+    eggs: Annotated[int, Field(multiple_of=12, ge=0)]
+    pallets: Annotated[int, Field(multiple_of=7)]
+    hours: Annotated[float, Field(multiple_of=0.75, gt=0, le=1000)]
+
+
+class Reading(BaseModel):
+    # exclusive and fractional bounds, compared as decimal strings: a probability (gt=0 was narrowed
+    # to >= 1 and gt=0, lt=1 refused before) and a temperature (ge=-273.15 refused before)
+    probability: Annotated[float, Field(gt=0, lt=1)]
+    celsius: Annotated[float, Field(ge=-273.15, le=1000)]
+    weights: Dict[Annotated[str, StringConstraints(max_length=6)], Annotated[float, Field(ge=0, le=1)]] = {}
+
+
+class Cat(BaseModel):
+    kind: Literal["cat"]
+    lives: Annotated[int, Field(ge=0, le=9)]
+
+
+class Dog(BaseModel):
+    kind: Literal["dog"]
+    name: Annotated[str, Field(max_length=8)]
+
+
+class Pet(BaseModel):
+    # a discriminated union: Pydantic writes oneOf (with a discriminator mapping) over $defs
+    pet: Annotated[Union[Cat, Dog], Field(discriminator="kind")]
+    friends: Annotated[List[Annotated[Union[Cat, Dog], Field(discriminator="kind")]], Field(max_length=2)] = []
+
+
+MODELS = [Contact, Network, Inventory, Order, Labels, Tags, TreeNode, Expr, Credentials, Event, Article, Shipment,
+          Reading, Pet]
 
 
 @pytest.fixture(scope="module", params=["spm_server", "bpe_server"])

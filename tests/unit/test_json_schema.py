@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 
 from poot_vllm.core.automata.compilers import regex_to_dfa
 from poot_vllm.core.errors import ConstraintSyntaxError, LimitExceeded, PootError, UnsupportedConstruct
+from poot_vllm.core.grammar.gbnf import Grammar
 from poot_vllm.core.json_schema import compile_json_schema, schema_to_regex
 from poot_vllm.core.json_schema import decimals
 from poot_vllm.core.limits import Limits
@@ -730,6 +731,48 @@ def test_dynamic_refs_that_depend_on_the_path_are_refused():
         schema_to_regex(schema)
 
 
+# $recursiveRef (2019-09) where the dynamic scope cannot change the target (jsonschema's resolver is the oracle)
+_2019 = "https://json-schema.org/draft/2019-09/schema"
+_TREE_2019 = {"$schema": _2019, "$recursiveAnchor": True, "type": "object", "required": ["v"],
+              "properties": {"v": {"type": "integer"}, "kids": {"type": "array", "maxItems": 2,
+                                                                "items": {"$recursiveRef": "#"}}}}
+
+
+@pytest.mark.parametrize("schema, accept, reject", [
+    # one resource: "#" is the root, anchored or not (a recursive tree)
+    (_TREE_2019, ['{"v":1}', '{"kids":[{"v":2},{"kids":[{"v":4}],"v":3}],"v":1}'],
+     ['{"kids":[{}],"v":1}', '{"kids":[{"v":"x"}],"v":1}', '{}']),
+    # every resource anchored: the root is the outermost scope, so the extension's rules reach the leaves
+    ({"$schema": _2019, "$id": "https://example.com/strict-tree", "$recursiveAnchor": True, "$ref": "tree",
+      "unevaluatedProperties": False,
+      "$defs": {"tree": {"$id": "https://example.com/tree", "$recursiveAnchor": True, "type": "object",
+                         "properties": {"data": {"type": "integer"},
+                                        "children": {"type": "array", "maxItems": 2,
+                                                     "items": {"$recursiveRef": "#"}}}}}},
+     ['{"data":1}', '{"children":[{"data":2}],"data":1}'], ['{"children":[{"daat":2}]}', '{"x":1}']),
+    # the reference's own resource is not anchored: the root of that resource
+    ({"$schema": _2019, "$id": "https://example.com/root", "type": "object", "properties": {"t": {"$ref": "tree"}},
+      "$defs": {"tree": {"$id": "https://example.com/tree", "type": "array", "maxItems": 2,
+                         "items": {"$recursiveRef": "#"}}}},
+     ['{"t":[]}', '{"t":[[],[[]]]}'], ['{"t":[1]}', '{"t":{}}']),
+])
+def test_recursive_refs_the_document_answers_alone(schema, accept, reject):
+    check_table(schema, accept, reject)
+    samples_validate(schema)
+    if schema is _TREE_2019:
+        assert isinstance(compile_json_schema(schema), Grammar)  # exact at any depth (a grammar rule)
+
+
+def test_recursive_refs_that_depend_on_the_path_are_refused():
+    # the tree is anchored and the root is not: who referred to the tree would decide
+    schema = {"$schema": _2019, "$id": "https://example.com/root", "type": "object",
+              "properties": {"t": {"$ref": "tree"}},
+              "$defs": {"tree": {"$id": "https://example.com/tree", "$recursiveAnchor": True, "type": "array",
+                                 "items": {"$recursiveRef": "#"}}}}
+    with pytest.raises(UnsupportedConstruct, match=r"'\$recursiveRef' at .*/items/\$recursiveRef: .*every resource"):
+        schema_to_regex(schema)
+
+
 def test_draft7_ignores_an_id_beside_ref():
     # Draft-07 ignores every sibling of $ref, $id included: "#/definitions/a" is from the document root.
     schema = {"$schema": "http://json-schema.org/draft-07/schema#",
@@ -879,7 +922,7 @@ def test_pattern_properties_without_listed_keys_emit_matching_free_keys():
         ({"type": "string", "not": {"format": "email"}}, "/not"),
         ({"type": "array", "contains": {}, "unevaluatedItems": False}, "/unevaluatedItems"),
         ({"type": "object", "patternProperties": {"a": {}, "b": {}, "c": {}, "d": {}}}, "/patternProperties"),
-        ({"type": "integer", "multipleOf": 3}, "/multipleOf"),
+        ({"type": "integer", "multipleOf": 4099}, "/multipleOf"),
         ({"type": "array", "prefixItems": [{}], "contains": {}}, "/contains"),
         ({"type": "string", "format": "ports"}, "/format"),
         ({"type": "array", "items": {"$dynamicRef": "#meta"}}, "/items/$dynamicRef"),

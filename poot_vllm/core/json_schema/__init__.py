@@ -8,6 +8,7 @@ the valid documents, never an invalid one).
 from __future__ import annotations
 
 from poot_vllm.core.automata.compilers import regex_to_dfa
+from poot_vllm.core.automata.residues import residue_markers
 from poot_vllm.core.automata.dfa import DFA
 from poot_vllm.core.json_schema.compiler import (FREE_FORM_DEPTH, FREE_FORM_DEPTHS, MAX_SCHEMA_DEPTH, RECURSION_DEPTHS,
                                                 canonical_schema_text, parse_schema)
@@ -91,7 +92,8 @@ def _fit_recursion(schema: "dict | bool | str", limits: Limits, escaped: str = "
                     break
                 raise
             try:
-                return regex, regex_to_dfa(regex, limits)
+                with residue_markers(compiler.source_text):  # multipleOf residues (the compiler's own markers)
+                    return regex, regex_to_dfa(regex, limits)
             except LimitExceeded as exc:
                 if compiler.recursion_cut and not last:
                     continue

@@ -21,12 +21,13 @@ import math
 from fractions import Fraction
 from typing import Any, Iterable
 
+from poot_vllm.core.automata.residues import MAX_RESIDUE, RESIDUE_BASE, residue_lookahead, schema_allows_residues
 from poot_vllm.core.errors import ConstraintSyntaxError, LimitExceeded, PootError, UnsupportedConstruct
 from poot_vllm.core.json_schema import decimals
 from poot_vllm.core.json_schema.formats import (ANY_STRING_FORMATS, BYTE_COUNTED_FORMATS, ESCAPE_DEPENDENT, FORMATS,
                                                 format_regex)
 from poot_vllm.core.json_schema import maps
-from poot_vllm.core.json_schema.negation import NegationTooLarge, Negator
+from poot_vllm.core.json_schema.negation import NegationTooLarge, Negator, NotMultiple
 from poot_vllm.core.json_schema.placeholders import NeedsUnrolling, rule_placeholder
 from poot_vllm.core.json_schema.patterns import (PatternError, patterns_disjoint, strings_missing_pattern,
                                                  translate_pattern)
@@ -75,7 +76,7 @@ RECURSION_DEPTHS = (4, 3, 2, 1)
 
 ANNOTATIONS = frozenset(
     """title description examples example default $schema $id id $comment deprecated readOnly
-    writeOnly contentMediaType contentEncoding contentSchema $anchor $dynamicAnchor $vocabulary
+    writeOnly contentMediaType contentEncoding contentSchema $anchor $dynamicAnchor $recursiveAnchor $vocabulary
     $defs definitions""".split()
 )
 OBJECT_KW = frozenset("properties patternProperties required additionalProperties minProperties maxProperties".split())
@@ -93,7 +94,10 @@ REFUSED_ANY_TYPE = {
                    "a target in this document that is no '$dynamicAnchor', or a '$dynamicAnchor' name that "
                    "the root resource declares or that one subschema alone declares; several resources "
                    "declare this one (or it names another document): declare it at the root, or use '$ref'",
-    "$recursiveRef": "recursive references are not supported",
+    "$recursiveRef": "a recursive reference (2019-09) is served where its target cannot depend on the path that "
+                     "reached it: its resource has no '$recursiveAnchor: true', or every resource of the document "
+                     "has one (then the root is the target); here some do and some do not: use '$ref', or "
+                     "'$recursiveAnchor: true' on every resource",
 }
 REFUSED_BY_TYPE = {
     "object": {
@@ -238,6 +242,31 @@ def counted_list(item: str, lo: int, hi: int | None, comma: str = COMMA) -> str:
     rest = _repeat(comma + item, max(lo - 1, 0), None if hi is None else hi - 1)
     return item + rest if lo >= 1 else _group(item + rest) + "?"
 
+
+
+def _common_multiple(a: Any, b: Any) -> "int | float | None":
+    """The least common multiple of two ``multipleOf`` steps, exactly, or None (an
+    invalid step, one not exact in binary, or a result no float holds exactly).
+
+    ``x`` is a multiple of ``p1/q1`` and ``p2/q2`` (reduced) iff it is one of
+    ``lcm(p1, p2) / gcd(q1, q2)``.  An int where both steps are (validators then
+    check with ``%``), else a float: a float step makes validators divide in
+    floating point, and the compiler bounds magnitudes for it as for the original.
+    """
+    steps = []
+    for v in (a, b):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+            return None
+        f = Fraction(v)
+        if isinstance(v, float) and Fraction(repr(v)) != f:
+            return None
+        steps.append(f)
+    (fa, fb) = steps
+    step = Fraction(math.lcm(fa.numerator, fb.numerator), math.gcd(fa.denominator, fb.denominator))
+    if isinstance(a, int) and isinstance(b, int):
+        return int(step)
+    as_float = float(step)
+    return as_float if Fraction(as_float) == step else None
 
 class SchemaCompiler:
     """One compilation: the root document (for ``$ref``), the limits, caches."""
@@ -527,6 +556,8 @@ class SchemaCompiler:
                                     (v["anyOf"] if isinstance(v, dict) and set(v) == {"anyOf"} else [v])]}
             elif k == "pattern" and all(isinstance(v, (str, AllPatterns)) for v in (va, vb)):
                 out[k] = AllPatterns.of(va, vb)  # every pattern must match: an intersection (_compile_string)
+            elif k == "multipleOf" and _common_multiple(va, vb) is not None:
+                out[k] = _common_multiple(va, vb)  # a multiple of both is a multiple of their least common one
             else:
                 raise refusal("allOf", pointer, f"cannot merge two different '{k}' values exactly; combine them by hand")
         return out
@@ -804,8 +835,8 @@ class SchemaCompiler:
             raise refused[0]  # the rest of the schema is what poot cannot build
         exact = neg.exact and all(getattr(e, "exact", False) for e in skipped)
         raise unsatisfiable("not", pointer, "no value poot can write fails the 'not' schema and satisfies the rest"
-                            + ("" if exact else " (poot writes the values failing 'format', 'multipleOf', 'items', "
-                               "non-integer numbers and a few more keywords as no value; see docs/json-schema.md)"),
+                            + ("" if exact else " (poot writes the values failing 'format', 'items', non-integer "
+                               "numbers and a few more keywords as no value; see docs/json-schema.md)"),
                             exact=exact)
 
     def _deref(self, schema: Any, refs: tuple[str, ...]) -> Any:
@@ -1683,19 +1714,39 @@ class SchemaCompiler:
                           "or a step that is exact in binary (0.5, 0.25, 0.125, 2.5, ...)")
         return Fraction(value)
 
+    @functools.cached_property
+    def source_text(self) -> str:
+        """The schema as text (what :func:`~poot_vllm.core.automata.residues.residue_markers` checks)."""
+        return json.dumps(self.root, ensure_ascii=False)
+
+    @functools.cached_property
+    def residues(self) -> bool:
+        """Whether multipleOf may be a residue lookahead (automata/residues.py): the schema's own
+        text holds no marker character, so every marker in the regex is the compiler's."""
+        return schema_allows_residues(self.source_text)
+
     def _multiples(self, lo: int, hi: int, c: int, scale: int, lo_kw: str | None, hi_kw: str | None, kind: str, pointer: str) -> str:
         try:
-            regex = decimals.multiples_regex(lo, hi, c, scale)
+            # In rules mode (a recursive schema) a residue cannot be a grammar node: that schema
+            # takes the unrolled DFA (json_schema.recursive raises NeedsUnrolling on the marker).
+            regex = decimals.multiples_regex(lo, hi, c, scale, residues=self.residues)
         except ValueError:
             raise self._empty(kind, lo_kw, hi_kw, pointer, " and 'multipleOf'") from None
         if regex is None:
+            why = (f"its digits {c} are neither a divisor of 10**{decimals.MAX_SUFFIX_DIGITS} times a factor of at "
+                   f"most {MAX_RESIDUE} prime to 10, nor at most {MAX_RESIDUE}" if self.residues else
+                   f"the schema holds characters U+{RESIDUE_BASE:X}..U+{RESIDUE_BASE + MAX_RESIDUE:X}, which poot "
+                   "reserves for it")
             raise refusal("multipleOf", pointer,
-                          f"multiples of {c}{f' * 10**-{scale}' if scale else ''} are built only when the step's digits "
-                          f"divide 10**{decimals.MAX_SUFFIX_DIGITS} (2, 4, 5, 8, 10, 20, 25, 50, ..., 1000) or when "
-                          f"'minimum'/'maximum' leave at most {decimals.MAX_ENUMERATED} multiples")
+                          f"multiples of {c}{f' * 10**-{scale}' if scale else ''} are not built: {why}; "
+                          f"steps whose digits divide 10**{decimals.MAX_SUFFIX_DIGITS} (2, 4, 5, 8, 10, 20, 25, 50, "
+                          f"..., 1000) or ranges ('minimum'/'maximum') with at most {decimals.MAX_ENUMERATED} "
+                          "multiples always are")
         return self.check(self.note(pointer, "multipleOf", regex, 1), pointer)
 
     def _compile_integer(self, schema: dict, pointer: str) -> str:
+        if isinstance(schema.get("multipleOf"), NotMultiple):
+            return self._not_multiples(schema, *schema["multipleOf"], pointer)
         step = self._multiple_of(schema, pointer)
         if step is None and not any(k in schema for k in NUMBER_KW):
             return INTEGER
@@ -1704,6 +1755,30 @@ class SchemaCompiler:
             # Integer multiples of p/q (in lowest terms) are the multiples of p.
             return self.check(self.note(pointer, lo_kw or hi_kw or "type", integer_range_regex(lo, hi), 1), pointer)
         return self._multiples(lo, hi, step.numerator, 0, lo_kw, hi_kw, "integer", pointer)
+
+    def _not_multiples(self, schema: dict, k: int, q: int, pointer: str) -> str:
+        """The integers in range that are no multiple of ``k`` (a piece of ``not``,
+        negation.py): the range behind a negated residue lookahead.
+
+        A float step ``k/q``: validators compute ``x / step`` in floating point,
+        whose rounding reads a non-multiple as a multiple once the quotient's
+        spacing passes ``2/k``; below ``|x| < 2**53 / q`` it never does (the
+        quotient stays below ``2**53 / k``), so the range stops there."""
+        lo, hi, lo_kw, hi_kw = self._integer_range(schema, pointer, float_step=q > 0)
+        if q > 0:
+            cap = (2**53 - 1) // q
+            lo, hi = max(lo, -cap), min(hi, cap)
+            if lo > hi:
+                raise refusal("not", pointer, f"with a float step {k}/{q}, integers poot can check are below "
+                                              f"2**53/{q}; this range lies beyond that")
+        if not self.residues or k > MAX_RESIDUE:
+            why = (f"only steps up to {MAX_RESIDUE} are" if self.residues else
+                   f"the schema holds characters U+{RESIDUE_BASE:X}..U+{RESIDUE_BASE + MAX_RESIDUE:X}, which poot "
+                   "reserves for it")
+            raise refusal("not", pointer, f"the integers that are no multiple of {k} are built by a residue "
+                                          f"automaton, and {why}")
+        regex = residue_lookahead(k, negated=True) + integer_range_regex(lo, hi)
+        return self.check(self.note(pointer, lo_kw or hi_kw or "type", regex, 1), pointer)
 
     def _compile_number(self, schema: dict, pointer: str) -> str:
         step = self._multiple_of(schema, pointer)

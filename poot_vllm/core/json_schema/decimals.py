@@ -28,8 +28,10 @@ regex).
 
 from __future__ import annotations
 
+import math
 from fractions import Fraction
 
+from poot_vllm.core.automata.residues import MAX_RESIDUE, residue_lookahead
 from poot_vllm.core.json_schema.ranges import integer_range_regex
 
 SIG_DIGITS = 15
@@ -342,9 +344,14 @@ def _spell(n: int, scale: int) -> str:
     return t[:-scale] + "." + t[-scale:]
 
 
-def multiples_regex(lo: int, hi: int, c: int, scale: int) -> str | None:
+def multiples_regex(lo: int, hi: int, c: int, scale: int, residues: bool = False) -> str | None:
     """The values n * 10**-scale with lo <= n <= hi and c | n, spelled with exactly ``scale``
     fraction digits (never ``-0``); None when no small regex exists (caller refuses).
+
+    Few multiples are listed, a step dividing ``10**MAX_SUFFIX_DIGITS`` is
+    spelled by the last digits; with ``residues`` any other step up to
+    ``MAX_RESIDUE`` is the range behind a residue lookahead
+    (``automata/residues.py``: the automaton builder runs ``n mod c`` there).
 
     Raises ValueError when there is no such value.
     """
@@ -363,7 +370,15 @@ def multiples_regex(lo: int, hi: int, c: int, scale: int) -> str | None:
         return _alt(alts)
     j = suffix_digits(c)
     if j is None:
-        return None
+        # c = s * m with s | 10**j and m coprime to 10: a multiple of c is one of s (the last
+        # digits) and of m (the residue lookahead), the two being coprime.
+        s = math.gcd(c, 10**MAX_SUFFIX_DIGITS)
+        m = c // s
+        if not residues or math.gcd(m, 10) != 1 or m > MAX_RESIDUE:
+            if not residues or c > MAX_RESIDUE:
+                return None
+            s, m = 1, c
+        return residue_lookahead(m) + "(?:" + multiples_regex(lo, hi, s, scale) + ")"
     alts = []
     if lo < 0:
         mag = _suffix_magnitudes(max(1, -hi), -lo, c, j, scale)
@@ -391,6 +406,8 @@ def _suffix_magnitudes(lo: int, hi: int, c: int, j: int, scale: int) -> list[str
         for pat in _patterns(str(a).zfill(n), str(b).zfill(n)):
             t = min(n, j)
             key = tuple(pat[n - t:])
+            if t == 0:
+                cache[key] = ""  # (c == 1: every value; no suffix digits)
             if key not in cache:
                 sufs = [str(v).zfill(t) for v in range(0, 10**t, c)
                         if all(key[i][0] <= int(str(v).zfill(t)[i]) <= key[i][1] for i in range(t))]

@@ -48,6 +48,28 @@ class NegationTooLarge(Exception):
 _NEUTRAL = frozenset(("$ref", "allOf", "$defs", "definitions", "if"))
 
 
+class NotMultiple(tuple):
+    """``(p, q)``: the integers that are no multiple of ``p`` (the step ``p/q``; ``q``
+    0 for an integer step, which validators check with ``%``), as the value of
+    ``multipleOf`` in a piece (the compiler builds it as a negated residue
+    lookahead, automata/residues.py).  Made only here, never read from a
+    user's schema (JSON has no tuples)."""
+
+
+def _not_multiple(step: Any) -> "NotMultiple | None":
+    """The piece value for the integers failing ``multipleOf: step`` (an integer is a
+    multiple of ``p/q`` in lowest terms iff ``p`` divides it), or None where every
+    integer passes (``p == 1``) or the step is not exact in binary (validators divide
+    in floating point there)."""
+    if not _is_number(step) or step <= 0:
+        return None
+    exact = Fraction(repr(step)) if isinstance(step, float) else Fraction(step)
+    if exact != Fraction(step) or exact.numerator == 1:
+        return None
+    # a float step: validators divide in floating point (the compiler bounds the integers for it)
+    return NotMultiple((exact.numerator, exact.denominator if isinstance(step, float) else 0))
+
+
 @dataclass
 class Negation:
     """Positive schemas whose values all fail the negated schema; ``exact``: they are all of them."""
@@ -321,6 +343,13 @@ class Negator:
             pieces.append({"type": "number", key: flat["maximum"]})
         if _is_number(hi_excl):
             pieces.append({"type": "number", "minimum": hi_excl})
+        # Integers that are no multiple of the step (a negated residue lookahead); the
+        # non-integer numbers that fail it have no positive schema here (a narrowing).
+        if "multipleOf" in flat:
+            piece = _not_multiple(flat["multipleOf"])
+            if piece is not None:
+                pieces.append({"type": "integer", "multipleOf": piece})
+            neg.exact = False
         # arrays
         if isinstance(flat.get("minItems"), int) and flat["minItems"] > 0:
             pieces.append({"type": "array", "maxItems": flat["minItems"] - 1})

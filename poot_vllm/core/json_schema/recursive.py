@@ -35,6 +35,7 @@ import numpy as np
 from poot_vllm.core.errors import EmptyLanguage, PootError
 from poot_vllm.core.grammar.gbnf import (Alternation, ByteAutomaton, CharClass, Grammar, Literal, Node, Repeat, Rule,
                                          RuleRef, Sequence)
+from poot_vllm.core.automata.residues import marker_step
 from poot_vllm.core.json_schema.placeholders import PLACEHOLDER_BASE, PLACEHOLDER_END, NeedsUnrolling
 from poot_vllm.core.limits import DEFAULT_LIMITS, Limits
 from poot_vllm.core.regex import ast
@@ -266,6 +267,8 @@ class _Converter:
     def _body_dfa(self, look: Any) -> Any:
         entry = self._bodies.get(id(look))
         if entry is None:
+            if isinstance(look.body, ast.Chars) and marker_step(look.body.ranges) is not None:
+                raise NeedsUnrolling("a multipleOf residue (automata/residues.py)")
             entry = self._bodies[id(look)] = (look, self._dfa(look.body))
         return entry[1]
 

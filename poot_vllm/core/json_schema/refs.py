@@ -16,6 +16,10 @@ that reached it (a compiled schema has no dynamic scope to consult): when its
 static target is no ``$dynamicAnchor``, when the root resource declares the
 name (the root is always the outermost scope, so it wins), or when a single
 subschema declares it.  Otherwise it stays, and the compiler refuses it.
+``$recursiveRef: "#"`` (2019-09) likewise: the root of its own resource when
+that has no ``"$recursiveAnchor": true``, the document's root when every
+resource has one (the chain of anchored resources then always reaches the
+outermost scope, the root); otherwise the compiler refuses it.
 """
 
 from __future__ import annotations
@@ -169,6 +173,7 @@ def local_refs(root: Any) -> Any:
     ambiguous: set[Any] = set()
     refs: list[tuple[str, str, str]] = []  # (pointer of the schema holding $ref, its base URI, the $ref)
     dynamic_refs: list[tuple[str, str, str]] = []  # the same for $dynamicRef
+    recursive_refs: list[tuple[str, str, str]] = []  # ... and for $recursiveRef (2019-09)
     dynamic: dict[str, set[tuple[str, str]]] = {}  # $dynamicAnchor name -> {(base URI, pointer)}
 
     def define(table: dict, key: Any, pointer: str) -> None:
@@ -203,6 +208,8 @@ def local_refs(root: Any) -> Any:
             refs.append((pointer, base, node["$ref"]))
         if isinstance(node.get("$dynamicRef"), str):
             dynamic_refs.append((pointer, base, node["$dynamicRef"]))
+        if isinstance(node.get("$recursiveRef"), str):
+            recursive_refs.append((pointer, base, node["$recursiveRef"]))
         if not pointer:
             root_base = base
         for key in _ONE_SCHEMA:
@@ -241,11 +248,35 @@ def local_refs(root: Any) -> Any:
         new = _as_ref(target)
         if new != ref:
             rewrites[pointer] = {"$ref": new}
-    for pointer, base, ref in dynamic_refs:
-        target, uri, fragment = static_target(base, ref)
+    dynamic_targets = [(pointer, base, ref, "$dynamicRef") for pointer, base, ref in dynamic_refs]
+    # $recursiveRef "#" (2019-09): the root of its resource, unless that has "$recursiveAnchor": true;
+    # then the outermost resource of the dynamic scope reached through resources that all have it.
+    # Path-independent when every resource of the document has it: the root (always outermost).
+    def anchored(pointer: str) -> bool:
+        node = resolve_pointer(root, pointer, "")
+        return isinstance(node, dict) and node.get("$recursiveAnchor") is True
+
+    every_anchored = all(anchored(p) for p in resources.values())
+    for pointer, base, ref in recursive_refs:
+        if ref != "#":
+            continue  # the compiler refuses it (2019-09 allows only "#")
+        start, _, _ = static_target(base, "#")
+        if start is None:
+            continue
+        if anchored(start):
+            if not every_anchored:
+                continue  # the compiler refuses the $recursiveRef
+            start = resources[root_base]
+        dynamic_targets.append((pointer, base, start, "$recursiveRef"))  # (a pointer from the root)
+    for pointer, base, ref, keyword in dynamic_targets:
+        if keyword == "$recursiveRef":
+            target, uri, fragment = ref, "", ""
+        else:
+            target, uri, fragment = static_target(base, ref)
         if target is None:
             continue  # the compiler refuses the $dynamicRef
-        if fragment and not fragment.startswith("/") and (uri, target) in dynamic.get(fragment, ()):
+        if keyword == "$dynamicRef" and fragment and not fragment.startswith("/") \
+                and (uri, target) in dynamic.get(fragment, ()):
             # The static target is a $dynamicAnchor: the outermost resource of the dynamic scope that
             # declares one with this name wins.  The root resource is always the outermost; a name
             # that one subschema alone declares has no rival.  Otherwise the target depends on the
@@ -257,7 +288,7 @@ def local_refs(root: Any) -> Any:
             elif at_root or len(declared) > 1:
                 continue  # the compiler refuses the $dynamicRef
         # a $ref is a JSON pointer now; one beside it (both apply) goes into allOf
-        change: dict[str, Any] = {"$dynamicRef": None}
+        change: dict[str, Any] = {keyword: None}
         node = resolve_pointer(root, pointer, "")
         if "$ref" in node:
             change["allOf"] = [*node.get("allOf", []), {"$ref": _as_ref(target)}] \
@@ -280,7 +311,7 @@ def _needs_rewrite(root: Any) -> bool:
     while stack:
         node = stack.pop()
         if isinstance(node, dict):
-            if any(k in node for k in ("$id", "id", "$anchor", "$dynamicAnchor", "$dynamicRef")):
+            if any(k in node for k in ("$id", "id", "$anchor", "$dynamicAnchor", "$dynamicRef", "$recursiveRef")):
                 return True
             ref = node.get("$ref")
             if isinstance(ref, str) and not (ref == "#" or ref.startswith("#/")):

@@ -34,6 +34,7 @@ from poot_vllm.core.automata.compilers import regex_escape
 from poot_vllm.core.automata.dfa import DFA
 from poot_vllm.core.errors import ConstraintSyntaxError, LimitExceeded, PootError
 from poot_vllm.core.limits import DEFAULT_LIMITS, Limits
+from poot_vllm.core.automata.residues import residue_markers
 from poot_vllm.core.regex.parser import parse
 from poot_vllm.core.tool_calls.codecs import Codec, get_codec
 from poot_vllm.core.json_schema import (FREE_FORM_DEPTH, FREE_FORM_DEPTHS, RECURSION_DEPTHS, canonical_schema_text,
@@ -198,7 +199,8 @@ def _build_call(spec: str, limits: Limits, codec: Codec, payload: dict, depths: 
     for i, levels in enumerate(depths):
         budget = Budget(limits.max_automaton_bytes)
         try:
-            dfa = regex_tree_to_dfa(parse(call_regex(spec, limits, levels, free_form)), budget)
+            with residue_markers(json.dumps(payload, ensure_ascii=False)):  # multipleOf residues in the arguments
+                dfa = regex_tree_to_dfa(parse(call_regex(spec, limits, levels, free_form)), budget)
             if payload.get("parallel"):
                 dfa = repeat_with_separator(dfa, codec.separator.encode("utf-8"), budget)
             if codec.prefix or codec.suffix:
