@@ -269,6 +269,35 @@ def test_a_walk_past_its_work_cap_falls_back_to_single_bytes_and_still_finishes(
         comp.rules._memo = None  # (nor may this test's fallbacks answer for later ones)
 
 
+@pytest.mark.parametrize("name", ["nested-lists-with-text", "arithmetic", "ambiguous-depth"])
+def test_budget_masks_past_the_work_cap_stay_grammatical_with_tables(name):
+    """With budget tables the matcher takes ``within``'s result as the mask itself, so past the
+    work cap it must still hold only grammatical tokens (one-byte tokens checked one by one),
+    never the root walk's shortcut that sets whole subtrees for a later intersection."""
+    gbnf, _ = GRAMMARS[name]
+    comp = compile_grammar(gbnf, own=True)
+    masks, rng = comp.rules, random.Random(name)
+    assert masks.cost_off is not None
+    words = (VOCAB.size + 31) // 32
+    cap = masks.work_cap
+    try:
+        masks.work_cap = 3
+        masks._memo = None
+        for _ in range(8):
+            m = _random_prefix(comp, rng, 1, 8)
+            state, configs = m._configs, m._history[-1]
+            for limit in (0, 2, 5, 40):
+                row = np.zeros(words, dtype=np.int32)
+                masks.within(state, configs, limit, row)
+                got = allowed_set(row, VOCAB.size)
+                for t in got:
+                    after = state.advance(configs, VOCAB.token_bytes[t])
+                    assert after and min(state.cost(c) for c in after) <= limit, (name, configs, limit, t)
+    finally:
+        masks.work_cap = cap
+        masks._memo = None
+
+
 @pytest.mark.parametrize("own", [True, False])
 def test_budget_below_the_shortest_reply_still_heads_for_the_end(own):
     gbnf, lark_text = GRAMMARS["arithmetic"]
@@ -372,23 +401,45 @@ def test_random_grammars_finish_within_budget(data, seed, slack, own):
         assert m.accept_tokens([rng.choice(longer) if longer and rng.random() < 0.6 else rng.choice(allowed)])
 
 
+@pytest.mark.parametrize("list_cap", [None, 0], ids=["listed", "too-many-to-list"])
 @pytest.mark.parametrize("name", MODELLED)
-def test_budget_masks_are_the_tokens_that_still_fit_across_replies(name):
-    """``RuleMasks.within`` (remembered per grammar across replies, keyed by the
+def test_budget_masks_are_the_tokens_that_still_fit_across_replies(name, list_cap):
+    """``RuleMasks.within`` (from the tokens a remembered grammar mask listed
+    as returning, else remembered per grammar across replies, keyed by the
     stack it read and the limit less the distance below it) against the
     definition: a grammatical text token is kept iff some configuration after
-    it finishes within the limit.  Many replies and limits over one memo."""
+    it finishes within the limit.  Many replies and limits over one memo; with
+    no room in the lists, every mask with a returning token walks."""
     gbnf, _ = GRAMMARS[name]
     comp = compile_grammar(gbnf, own=True)
     masks, rng = comp.rules, random.Random(name)
+    if list_cap is not None:
+        # (compiled grammars are cached: a fresh memo, put back afterwards)
+        cap, masks._ret_cap, masks._memo = masks._ret_cap, list_cap, None
+        try:
+            _check_budget_masks(name, comp, masks, rng, list_cap)
+        finally:
+            masks._ret_cap, masks._memo = cap, None
+    else:
+        _check_budget_masks(name, comp, masks, rng, list_cap)
+
+
+def _random_prefix(comp, rng, lo: int, hi: int):
+    """A fresh matcher after ``lo..hi`` random text tokens the grammar allows."""
+    m = comp.new_matcher()
+    for _ in range(rng.randint(lo, hi)):
+        text = [t for t in _allowed(m) if t != STOP]
+        if not text:
+            break
+        m.accept_tokens([rng.choice(text)])
+    return m
+
+
+def _check_budget_masks(name, comp, masks, rng, list_cap):
     words = (VOCAB.size + 31) // 32
+    listed = [0, 0]  # (walked, listed)
     for _ in range(12):
-        m = comp.new_matcher()
-        for _ in range(rng.randint(0, 12)):
-            text = [t for t in _allowed(m) if t != STOP]
-            if not text:
-                break
-            m.accept_tokens([rng.choice(text)])
+        m = _random_prefix(comp, rng, 0, 12)
         state, configs = m._configs, m._history[-1]
         grammar = set(_allowed(m)) - {STOP}
         costs = {t: min((state.cost(c) for c in state.advance(configs, VOCAB.token_bytes[t])), default=None)
@@ -396,8 +447,45 @@ def test_budget_masks_are_the_tokens_that_still_fit_across_replies(name):
         for limit in sorted({rng.randint(0, 12) for _ in range(4)}):
             row = np.zeros(words, dtype=np.int32)
             masks.within(state, configs, limit, row)
-            got = allowed_set(row, VOCAB.size) & grammar
-            assert got == {t for t, c in costs.items() if c is not None and c <= limit}, (name, configs, limit)
+            seen = state.memo_slots.get(configs)
+            if seen is not None:
+                n = int(masks._ret[2][seen[0]])
+                listed[n >= 0] += 1
+                assert list_cap is None or n <= 0  # no room: only masks without returning tokens are listed
+            fits = {t for t, c in costs.items() if c is not None and c <= limit}
+            assert allowed_set(row, VOCAB.size) & grammar == fits, (name, configs, limit)
+            if masks.cost_off is not None:
+                # With budget tables it is the grammar's own walk cut at the limit: nothing else.
+                assert allowed_set(row, VOCAB.size) == fits, (name, configs, limit)
+    if name != "empty-alternatives" and list_cap is None:
+        assert listed[1] > 0, (name, listed)  # budget masks from listed returning tokens were checked
+
+
+@pytest.mark.parametrize("name", [n for n in MODELLED if n != "empty-alternatives"])
+def test_budget_tables_hold_each_states_tokens_by_the_distance_they_leave(name):
+    """A state's budget table (``RuleMasks.cost_thr``/``cost_row``): for each
+    distance but the largest, exactly the tokens its row reads without
+    returning whose best end is within it -- checked against the
+    configurations each token reaches from the state at the bottom of a stack."""
+    gbnf, _ = GRAMMARS[name]
+    masks = compile_grammar(gbnf, own=True).rules
+    model = masks.model
+    assert masks.cost_off is not None and len(masks.cost_thr) > 0, name  # the tables are in use
+    state = Configurations(model)
+    for g in range(model.n_states):
+        row = set(allowed_set(masks.rows[masks.state_row[g]].view(np.int32), VOCAB.size))
+        best = {}
+        for t in row:
+            # From (g, no frame below): ends that never return below g's level.
+            ends = [c for c in state.advance(((g, -1),), VOCAB.token_bytes[t])]
+            best[t] = min(state.cost(c) for c in ends)
+        # From row_fits on the whole row fits; the costliest end bounds the fill.
+        assert masks.row_fits[g] == max(best.values(), default=0) <= masks.row_cost[g], (name, g)
+        for e in range(masks.cost_off[g], masks.cost_off[g + 1]):
+            thr, k = int(masks.cost_thr[e]), int(masks.cost_row[e])
+            assert thr < masks.row_fits[g]
+            assert set(allowed_set(masks.table_rows[k].view(np.int32), VOCAB.size)) == {
+                t for t, c in best.items() if c <= thr}, (name, g, thr)
 
 
 @pytest.mark.parametrize("name", MODELLED)

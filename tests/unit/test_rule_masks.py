@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from poot_vllm.core.grammar import parse_gbnf
-from poot_vllm.core.grammar.rule_automata import rule_automata
+from poot_vllm.core.grammar.rule_automata import MAX_CONFIGS, rule_automata
 from poot_vllm.core.matchers.rules import RuleMatcher
 from poot_vllm.core.vocabulary import TokenVocabulary
 
@@ -52,7 +52,13 @@ def _walk_both(gbnf: str, vocab: TokenVocabulary, rng: random.Random, steps: int
             # the masks differ, xgrammar's matcher (a full Earley parse of the token) decides.
             mine_set = set(np.flatnonzero(np.unpackbits(a.view(np.uint8), bitorder="little")).tolist())
             ref_set = set(np.flatnonzero(np.unpackbits(b.view(np.uint8), bitorder="little")).tolist())
+            # poot keeps at most MAX_CONFIGS parses of an ambiguous grammar (the cheapest: a reply can
+            # always finish): once a reply passed that, a parse it dropped may have allowed a token
+            # (docs/gbnf.md), a narrowing; never a token xgrammar refuses.
+            capped = any(len(h) >= MAX_CONFIGS for h in mine._history)
             for t in mine_set ^ ref_set:
+                if capped and t in ref_set:
+                    continue
                 assert (t in mine_set) == (ref.validate_tokens([t]) == [t]), (out, t, t in mine_set)
             XGRAMMAR_MASK_MISSES.append((out, sorted(mine_set - ref_set)))
         allowed = np.flatnonzero(np.unpackbits(a.view(np.uint8), bitorder="little")[:vocab.size]).tolist()
@@ -322,3 +328,19 @@ def test_masks_equal_xgrammars_on_random_grammars(gbnf, seed):
     assume(rule_automata(grammar) is not None)  # left recursion stays on xgrammar
     for k in range(3):  # several replies over one compiled grammar: masks remembered from one serve the next
         _walk_both(gbnf, RANDOM_VOCAB, random.Random(seed + k), 12)
+
+
+def test_warm_up_loads_every_kernel_a_first_grammar_reply_runs():
+    """vLLM builds the backend (and poot warms up) before traffic: a kernel the
+    warm-up misses is loaded -- or compiled, seconds -- inside the first grammar
+    reply's step, on the scheduler.  In a fresh process, after ``warm_up()``,
+    the memo's lookup, walk and store kernels have a compiled signature."""
+    import subprocess
+    import sys
+
+    code = ("from poot_vllm.core.grammar import rule_masks as m\n"
+            "m.warm_up()\n"
+            "missing = [k.__name__ for k in (m._memo_lookup, m._fill, m._memo_store, m._walk_items) if not k.signatures]\n"
+            "assert not missing, missing\n")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-2000:]

@@ -42,12 +42,23 @@ _EXPLORE_CAP = 256
 _NO_LIMIT = np.int32(2**30 + 2**29)
 _NONE = np.zeros(0, dtype=np.int32)
 _NONE.flags.writeable = False
+_NO_COSTS = np.zeros((2, 0), dtype=np.int32)
+_NO_LIST = np.zeros(0, dtype=np.int32)
+#: Tokens that return, listed per remembered grammar mask with their distance
+#: (for budget masks without a walk): at most this many, else none listed.
+RETURN_LIST = 1024
 #: The per-state precomputation may visit at most this many trie nodes per
 #: node of the vocabulary's trie (all states together); past it the grammar
 #: keeps xgrammar's masks.
 PRECOMPUTE_VISITS_PER_NODE = 64
 #: Stored rows may take at most this many bytes per grammar and vocabulary.
 MAX_ROW_BYTES = 64 * 1024 * 1024
+#: Budget-table rows (tokens of a state's row within a distance) may take at
+#: most this many bytes per grammar and vocabulary; past it budgets walk.
+MAX_TABLE_BYTES = 16 * 1024 * 1024
+#: ... and only grammars of at most this many states get tables (their build
+#: is a pass over each state's tokens: large schema grammars keep the walk).
+MAX_TABLE_STATES = 512
 #: Masks remembered per grammar and vocabulary for configurations that read
 #: the stack below (oldest dropped first); charged in ``nbytes`` at this bound.
 MEMO_BYTES = 8 * 1024 * 1024
@@ -194,10 +205,29 @@ def _viable(first_bits, dist, fr_ret, fr_parent, fr_height, trk, g, f, below_any
 
 
 @_jit
+def _note_cost(tok_cost, tok_list, stamp, t, c):
+    """Keep token ``t``'s least distance ``c`` in ``tok_cost`` (valid where
+    ``tok_cost[1, t] == stamp``), listing it in ``tok_list`` (its count in
+    ``tok_list[0]``; the whole length once it overflows) when first seen."""
+    if tok_cost[1, t] != stamp:
+        tok_cost[1, t] = stamp
+        tok_cost[0, t] = c
+        n = tok_list.shape[0]
+        if n > 0 and tok_list[0] < n:
+            k = tok_list[0] + 1
+            if k < n:
+                tok_list[k] = t
+            tok_list[0] = k
+    elif c < tok_cost[0, t]:
+        tok_cost[0, t] = c
+
+
+@_jit
 def _walk_items(byte_next, call_off, call_start, call_ret, accepting, first, dist,
                 node_byte, node_depth, node_end, tok_offsets, tok_ids, max_depth, first_bits,
                 items, n_items, fr_ret, fr_parent, fr_cum, fr_height, nf, limit, row, work_cap,
-                ws, scr, res, flags, bnd_out, bnd_stamp, stamp, counts, inc1, sub_max, trk):
+                ws, scr, res, flags, bnd_out, bnd_stamp, stamp, counts, inc1, sub_max, trk, tok_cost, tok_list,
+                cost_stamp):
     """Walk the trie from the work items ``items[:, :n_items]`` (trie node,
     state, frame: the configuration after reading the node's bytes) and OR
     into ``row`` (uint32 words) every token at a visited node other than the
@@ -213,8 +243,12 @@ def _walk_items(byte_next, call_off, call_start, call_ret, accepting, first, dis
     With a non-empty ``bnd_out``, also record each child node whose byte is
     read by returning below the base level (``_explore``'s flag) once
     (``bnd_stamp``/``stamp``), count in ``counts[1]``.  ``counts[0]`` gets the
-    trie visits.  Returns 0, -1 past ``work_cap`` (or the exploration cap),
-    -2 when a scratch area is full (grow it and retry)."""
+    trie visits.  With a non-empty ``tok_cost`` (2 x vocabulary), also the
+    least distance each token set ends in, and the tokens in ``tok_list``
+    (:func:`_note_cost`, stamped ``cost_stamp``); ``counts[2]``/``counts[3]``
+    get the largest and least of all (callers reset them).  Returns 0, -1 past ``work_cap``
+    (or the exploration cap), -2 when a scratch area is full (grow it and
+    retry)."""
     record = bnd_out.shape[0] > 0
     cap_ws = ws.shape[1]
     sp = 0
@@ -240,11 +274,16 @@ def _walk_items(byte_next, call_off, call_start, call_ret, accepting, first, dis
         if f >= 0:
             cost += fr_cum[f]
         if i > 0 and cost <= limit:
-            if tok_offsets[i] < tok_offsets[i + 1] and cost > counts[2]:
-                counts[2] = cost  # the costliest configuration a token ends in (callers reset it)
+            if tok_offsets[i] < tok_offsets[i + 1]:
+                if cost > counts[2]:
+                    counts[2] = cost  # the costliest configuration a token ends in (callers reset it)
+                if cost < counts[3]:
+                    counts[3] = cost  # ... and the cheapest
             for k in range(tok_offsets[i], tok_offsets[i + 1]):
                 t = tok_ids[k]
                 row[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
+                if tok_cost.shape[1] > 0:
+                    _note_cost(tok_cost, tok_list, cost_stamp, t, cost)
         if alone and sub_max.shape[0] > 0 and cost + inc1 * (sub_max[i] - node_depth[i]) <= limit:
             # No token below can raise the distance past the limit from here, and this is the
             # only configuration that read the prefix (so every grammatical token below is one of
@@ -299,9 +338,14 @@ def _walk_items(byte_next, call_off, call_start, call_ret, accepting, first, dis
 def _fill(byte_next, call_off, call_start, call_ret, accepting, first, dist,
           node_byte, node_depth, node_end, tok_offsets, tok_ids, max_depth, first_bits,
           cfg_g, cfg_f, fr_ret, fr_parent, fr_cum, fr_height, nf, state_row, rows, grp_off, grp_byte, grp_tok_start,
-          grp_tok, grp_start, bnd_node, row, work_cap, items, ws, scr, res, flags, counts, trk):
+          grp_tok, grp_start, bnd_node, row_fits, cost_off, cost_thr, cost_row, cost_rows, limit,
+          row, work_cap, items, ws, scr, res, flags, counts, trk, tok_cost, tok_list, cost_stamp):
     """The grammar mask of the configurations ``(cfg_g[k], cfg_f[k])`` into
-    ``row`` (uint32 words, zeroed here): each state's stored row, plus the
+    ``row`` (uint32 words, zeroed here), restricted to the tokens after which
+    some configuration's distance is at most ``limit``: each state's stored
+    row (all of it when ``limit`` covers the best end of every token in it,
+    ``row_fits``, else the stored row of its tokens of distance at most the largest
+    threshold ``cost_thr[cost_off[g]:cost_off[g + 1]]`` that fits), plus the
     tokens that return from its frame, walked from the frame below.  Returns
     0, -1 past ``work_cap``, -2 when a scratch area is full.
 
@@ -309,17 +353,34 @@ def _fill(byte_next, call_off, call_start, call_ret, accepting, first, dist,
     frames below can read at all are collected once per configuration (down
     the chain of frames that may end without reading), so only those bytes
     are explored -- a deep stack of finished frames (``-(-(-(1``) is walked
-    once, not once per byte."""
+    once, not once per byte.
+
+    With a non-empty ``tok_cost``, the tokens that return are listed in
+    ``tok_list`` with their least distance (:func:`_note_cost`): a budget
+    mask is then the state's table row plus those of them that fit."""
     n_items = 0
     counts[2] = 0
+    counts[3] = 2**40
     viable = np.zeros(4, dtype=np.uint64)
     for k in range(cfg_g.shape[0]):
         g = cfg_g[k]
         f = cfg_f[k]
+        room = limit - (fr_cum[f] if f >= 0 else 0)  # for the distance above the stack
         stored = rows[state_row[g]]
+        have = True
+        if room < row_fits[g]:
+            have = False
+            for e in range(cost_off[g], cost_off[g + 1]):
+                if cost_thr[e] > room:
+                    break
+                stored = cost_rows[cost_row[e]]
+                have = True
         if k == 0:
-            row[:] = stored
-        else:
+            if have:
+                row[:] = stored
+            else:
+                row[:] = 0
+        elif have:
             for w in range(row.shape[0]):
                 row[w] |= stored[w]
         if f < 0:
@@ -354,13 +415,19 @@ def _fill(byte_next, call_off, call_start, call_ret, accepting, first, dist,
                 continue
             # Tokens that end right after the byte: stored with the group (no trie reads).
             if grp_tok_start[q] < grp_tok_start[q + 1]:
+                least = 2**40
                 for r in range(n_res):
                     c = dist[res[0, r]] + (fr_cum[res[1, r]] if res[1, r] >= 0 else 0)
                     if c > counts[2]:
                         counts[2] = c
-            for p in range(grp_tok_start[q], grp_tok_start[q + 1]):
-                t = grp_tok[p]
-                row[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
+                    if c < least:
+                        least = c
+                if least <= limit:
+                    for p in range(grp_tok_start[q], grp_tok_start[q + 1]):
+                        t = grp_tok[p]
+                        row[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
+                        if tok_cost.shape[1] > 0:
+                            _note_cost(tok_cost, tok_list, cost_stamp, t, least)
             # Nodes with longer tokens below: walked from the configurations after b.
             lo = grp_start[q]
             hi = grp_start[q + 1]
@@ -376,8 +443,9 @@ def _fill(byte_next, call_off, call_start, call_ret, accepting, first, dist,
     no_bnd = np.zeros(0, dtype=np.int32)
     return _walk_items(byte_next, call_off, call_start, call_ret, accepting, first, dist,
                        node_byte, node_depth, node_end, tok_offsets, tok_ids, max_depth, first_bits,
-                       items, n_items, fr_ret, fr_parent, fr_cum, fr_height, nf, np.int32(2**30 + 2**29), row,
-                       work_cap, ws, scr, res, flags, no_bnd, no_bnd, 0, counts, 0, no_bnd, trk)
+                       items, n_items, fr_ret, fr_parent, fr_cum, fr_height, nf, limit, row,
+                       work_cap, ws, scr, res, flags, no_bnd, no_bnd, 0, counts, 0, no_bnd, trk,
+                       tok_cost, tok_list, cost_stamp)
 
 
 #: "No budget limit in this key" (plain grammar masks; see :func:`_memo_lookup`).
@@ -551,6 +619,22 @@ def _memo_store(top, fr_ret, fr_cum, dist, limit, memo_keys, memo_rows, memo_use
 
 
 @_jit
+def _set_tokens(words, toks):
+    """Set the bits of ``toks``."""
+    for t in toks:
+        words[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
+
+
+@_jit
+def _add_fitting(words, toks, costs, n, room):
+    """Set the listed tokens ``toks[:n]`` whose distance ``costs[k]`` is at most ``room``."""
+    for k in range(n):
+        if costs[k] <= room:
+            t = toks[k]
+            words[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
+
+
+@_jit
 def _deepest_below(node_depth, node_end):
     """Per trie node, the depth of the deepest node in its subtree (preorder arrays)."""
     n = node_depth.shape[0]
@@ -584,6 +668,18 @@ def _readable_depth(node_byte, node_depth, readable):
 class _Scratch(threading.local):
     """Per-thread work areas (vLLM fills masks from a thread pool)."""
 
+    def costs(self, size: int, cap: int) -> tuple[np.ndarray, np.ndarray, np.int32]:
+        """Token distances (2 x ``size``), a token list of ``cap`` and a fresh stamp (:func:`_note_cost`)."""
+        have = getattr(self, "cost_areas", None)
+        if have is None or have[0].shape[1] < size or have[1].shape[0] < cap + 1:
+            have = self.cost_areas = [np.zeros((2, size), dtype=np.int32), np.zeros(cap + 1, dtype=np.int32), 0]
+        have[2] += 1
+        if have[2] >= 2**31 - 1:
+            have[0][1, :] = 0
+            have[2] = 1
+        have[1][0] = 0
+        return have[0], have[1], np.int32(have[2])
+
     def get(self, n_nodes: int, grow: int = 1) -> tuple[np.ndarray, ...]:
         have = getattr(self, "areas", None)
         cap = (2 * n_nodes + 1024) * grow
@@ -593,7 +689,7 @@ class _Scratch(threading.local):
                           np.empty((4, _EXPLORE_CAP), dtype=np.int32),   # scr
                           np.empty((2, _EXPLORE_CAP), dtype=np.int32),   # res
                           np.zeros(1, dtype=np.int32),                   # flags
-                          np.zeros(3, dtype=np.int64),                   # counts
+                          np.zeros(4, dtype=np.int64),                   # counts
                           np.zeros(1, dtype=np.int64),                   # nf
                           np.empty((2, 16), dtype=np.int32),             # configurations
                           np.full(3, -1, dtype=np.int32))                # stack reads (_read_frame)
@@ -637,6 +733,8 @@ class RuleMasks:
                 singles.setdefault(data[0], []).append(t)
         self.singles = singles
         self.state_row = self.rows = self.grp_off = self.grp_byte = self.grp_start = self.bnd_node = None
+        #: budget tables (:meth:`_cost_table`); None past :data:`MAX_TABLE_BYTES`
+        self.cost_off = self.cost_thr = self.cost_row = self.row_cost = self.row_fits = None
         self.returns: "list[bool] | None" = None
         self.grp_tok_start = self.grp_tok = None
         # Masks of configurations that read the stack below, by what they can
@@ -647,6 +745,9 @@ class RuleMasks:
         sets = max(1, min(MEMO_MAX_ROWS, MEMO_BYTES // (4 * self.words)) // _MEMO_WAYS)
         self._memo_rows = _MEMO_WAYS * (1 << (sets.bit_length() - 1))  # a power of two of sets
         self._memo_lock = threading.Lock()
+        #: returning tokens listed per grammar memo slot (see :meth:`_list_returns`)
+        self._ret_cap = max(64, min(RETURN_LIST, 2 * self.words))
+        self._ret: "tuple | None" = None
         if precompute:
             self._precompute(max_work)
 
@@ -654,8 +755,9 @@ class RuleMasks:
     def nbytes(self) -> int:
         extra = 0 if self.rows is None else sum(a.nbytes for a in (
             self.state_row, self.rows, self.grp_off, self.grp_byte, self.grp_tok_start, self.grp_tok, self.grp_start,
-            self.bnd_node))
+            self.bnd_node, *self._cost_args))
         memo = 2 * self._memo_rows * 4 * self.words  # both memos, charged at their bound
+        memo += self._memo_rows * (8 * self._ret_cap + 4)  # the returning tokens listed
         return self.model.nbytes + extra + memo + 64 * 256
 
     @property
@@ -690,27 +792,46 @@ class RuleMasks:
         state_row = np.empty(n_states, dtype=np.int32)
         row_cost: list[int] = []
         bnd_lists: list[np.ndarray] = []
+        # Budget tables: per state, the distinct distances its row's tokens end
+        # in (each token's least), and for each but the largest the stored row
+        # of the tokens within it.
+        tables = n_states <= MAX_TABLE_STATES
+        tok_cost = np.zeros((2, self.size if tables else 0), dtype=np.int32)
+        tok_list = np.zeros(self.size + 1 if tables else 0, dtype=np.int32)  # the row's tokens (_note_cost)
+        cost_off = [0]
+        row_fits: list[int] = []
+        cost_thr: list[int] = []
+        cost_row: list[int] = []
+        table_rows: list[np.ndarray] = []
+        table_unique: dict[bytes, int] = {}
         args = self._kernel_args
         for g in range(n_states):
             row[:] = 0
             items[0, 0], items[1, 0], items[2, 0] = 0, g, -1
             nf[0] = 0
             counts[2] = 0
+            counts[3] = 2**40
+            if tables:
+                tok_list[0] = 0
             rc = _walk_items(*args, items, 1, fr[0], fr[1], fr[2], fr[3], nf, _NO_LIMIT, row, np.int64(budget),
                              ws, scr, res, flags, bnd_out, bnd_stamp, np.int32(g + 1), counts, np.int32(0), _NONE,
-                             trk)
+                             trk, tok_cost if tables else _NO_COSTS, tok_list if tables else _NO_LIST,
+                             np.int32(g + 1))
             budget -= int(counts[0])
             if rc < 0 or budget < 0:
                 return  # too much to store: xgrammar keeps the grammar mask
-            key = row.tobytes()
-            k = unique.get(key)
-            if k is None:
-                k = unique[key] = len(rows)
-                rows.append(row.copy())
-                if len(rows) * self.words * 4 > MAX_ROW_BYTES:
-                    return
+            k = self._intern(row, unique, rows, MAX_ROW_BYTES)
+            if k < 0:
+                return
             state_row[g] = k
             row_cost.append(int(counts[2]))
+            fits = int(counts[2])
+            if tables and counts[3] < counts[2]:
+                toks = tok_list[1:int(tok_list[0]) + 1]
+                fits = self._cost_table(toks, tok_cost[0, toks], table_unique, table_rows, cost_thr, cost_row)
+                tables = fits >= 0
+            row_fits.append(fits)
+            cost_off.append(len(cost_thr))
             nodes = bnd_out[:counts[1]].copy()
             bnd_lists.append(nodes[np.argsort(trie.node_byte[nodes], kind="stable")])
         # Groups: per state, one entry per distinct byte read after a return:
@@ -743,6 +864,18 @@ class RuleMasks:
         self.bnd_node = np.asarray(deep, dtype=np.int32)
         self.rows = np.stack(rows)
         self.state_row = state_row
+        self.row_cost = np.asarray(row_cost, dtype=np.int32)
+        if tables:
+            self.cost_off = np.asarray(cost_off, dtype=np.int32)
+            self.cost_thr = np.asarray(cost_thr, dtype=np.int32)
+            self.cost_row = np.asarray(cost_row, dtype=np.int32)
+            self.table_rows = np.stack(table_rows) if table_rows else np.zeros((1, self.words), dtype=np.uint32)
+        else:
+            self.table_rows = np.zeros((1, self.words), dtype=np.uint32)  # (dropped: past a bound)
+        self.row_fits = np.asarray(row_fits, dtype=np.int32)
+        self._cost_args = (self.row_fits, np.zeros(n_states + 1, dtype=np.int32) if not tables else self.cost_off,
+                           _NONE if not tables else self.cost_thr, _NONE if not tables else self.cost_row,
+                           self.table_rows)
         #: states whose frame a token can return from (the others' mask is their row alone)
         self.returns = (self.grp_off[1:] > self.grp_off[:-1]).tolist()
         self._state_rows = [self.rows[k] for k in state_row.tolist()]
@@ -750,8 +883,40 @@ class RuleMasks:
         #: (frames pushed by the token included, the stack below not)
         self._row_cost = row_cost
         for a in (self.grp_off, self.grp_byte, self.grp_tok_start, self.grp_tok, self.grp_start, self.bnd_node,
-                  self.rows, self.state_row):
+                  self.rows, self.state_row, *self._cost_args):
             a.flags.writeable = False
+
+    def _intern(self, row: np.ndarray, unique: dict, rows: list, max_bytes: int) -> int:
+        """The index of ``row`` among ``rows`` (a copy appended if new), or -1
+        once the rows pass ``max_bytes``."""
+        key = row.tobytes()
+        k = unique.get(key)
+        if k is None:
+            k = unique[key] = len(rows)
+            rows.append(row.copy())
+            if len(rows) * self.words * 4 > max_bytes:
+                return -1
+        return k
+
+    def _cost_table(self, tokens: np.ndarray, costs: np.ndarray, unique: dict, rows: list, cost_thr: list,
+                    cost_row: list) -> int:
+        """Append a state's budget table from its row's ``tokens`` and their
+        ``costs`` (each token's least distance): for each distinct distance but
+        the largest, the row of the tokens within it (deduplicated).  Returns
+        the largest (from there on the whole row fits), or -1 when the rows
+        would pass :data:`MAX_TABLE_BYTES` (then budgets walk)."""
+        low = int(costs.min())
+        present = np.flatnonzero(np.bincount(costs - low)) + low  # the distinct distances, ascending
+        sub = np.zeros(self.words, dtype=np.uint32)
+        for thr in present[:-1].tolist():
+            sub[:] = 0
+            _set_tokens(sub, tokens[costs <= thr])
+            k = self._intern(sub, unique, rows, MAX_TABLE_BYTES)
+            if k < 0:
+                return -1
+            cost_thr.append(thr)
+            cost_row.append(k)
+        return int(present[-1])
 
     def fill(self, configs_state: Configurations, configs: tuple[tuple[int, int], ...], out: np.ndarray) -> "int | None":
         """The grammar mask of ``configs`` into ``out`` (int32 words, stop ids not
@@ -787,42 +952,122 @@ class RuleMasks:
                                     keys, rows, used, key_depth, key_frame, memo_cost, found, words)
                 if slot >= 0:
                     bound = max(int(found[0]), self._row_cost[g0] + below)
-                    configs_state.memo_slots[configs] = (slot, int(used[slot]), bound)
+                    configs_state.memo_slots[configs] = (slot, int(used[slot]), bound,
+                                                         int(found[0]) - int(memo_cost[slot]))
                     return bound
-            ws, items, scr, res, flags, counts, nf, cfg, trk = self._scratch.get(self.trie.n_nodes)
-            if len(configs) <= cfg.shape[1]:
-                g, f = cfg[0, :len(configs)], cfg[1, :len(configs)]
-                for k, (cg, cf) in enumerate(configs):
-                    g[k] = cg
-                    f[k] = cf
-            else:
-                g = np.array([c[0] for c in configs], dtype=np.int32)
-                f = np.array([c[1] for c in configs], dtype=np.int32)
-            for grow in (1, 4, 16):
-                if grow > 1:
-                    ws, items, scr, res, flags, counts, nf, _, _ = self._scratch.get(self.trie.n_nodes, grow)
-                ret, parent, cum, height, n = configs_state.arena(self.frame_spare)
-                nf[0] = n
-                # Track how deep the walk reads the stack (single configurations: memo keys).
-                trk[0] = n if single else -1
-                trk[1] = height[configs[0][1]] if single else 0
-                trk[2] = -1
-                rc = _fill(*self._kernel_args, g, f, ret, parent, cum, height, nf, self.state_row, self.rows,
-                           self.grp_off, self.grp_byte, self.grp_tok_start, self.grp_tok, self.grp_start,
-                           self.bnd_node, words, np.int64(self.work_cap), items, ws, scr, res, flags, counts, trk)
-                if rc != -2:
-                    break
-                self.frame_spare *= 4
+            listed = [None, None, None] if single and self.cost_off is not None else None
+            rc, counts, read, (ret, parent, cum) = self._run_fill(configs_state, configs, _NO_LIMIT, words, listed)
             if rc != 0:
                 return None
             returning = int(counts[2])  # the costliest configuration a returning token ends in
             rows_cost = max(self._row_cost[cg] + (configs_state._cum[cf] if cf >= 0 else 0) for cg, cf in configs)
             if single:
                 slot = _memo_store(f0, ret, cum, dist, _NO_LIMIT_KEY, keys, rows, used, key_depth, key_frame,
-                                   memo_cost, returning, words, trk[2])
+                                   memo_cost, returning, words, read)
                 if slot >= 0:
-                    configs_state.memo_slots[configs] = (slot, int(used[slot]), max(returning, rows_cost))
+                    below_key = returning - int(memo_cost[slot])  # the distance below the key's frames
+                    configs_state.memo_slots[configs] = (slot, int(used[slot]), max(returning, rows_cost), below_key)
+                    self._list_returns(slot, listed, below_key)
         return max(returning, rows_cost)
+
+    def _list_returns(self, slot: int, listed: "list | None", below_key: int) -> None:
+        """Keep with memo slot ``slot`` the tokens its walk saw return and
+        their distances less ``below_key`` (the same for every stack the key
+        stands for), or mark it unlisted (too many, or not recorded)."""
+        ret_tok, ret_cost, ret_n = self._ret
+        if listed is None or listed[0][0] > ret_tok.shape[1]:
+            ret_n[slot] = -1
+            return
+        n = int(listed[0][0])
+        toks = listed[0][1:n + 1]
+        ret_tok[slot, :n] = toks
+        ret_cost[slot, :n] = listed[1][0, toks] - below_key
+        ret_n[slot] = n
+
+    def _start_walk(self, configs_state: Configurations, configs: tuple[tuple[int, int], ...], nf: np.ndarray,
+                    trk: np.ndarray) -> tuple[np.ndarray, ...]:
+        """The reply's frame arena for a walk (``nf[0]``: its first free slot),
+        tracking how deep a single configuration's walk reads the stack (memo
+        keys, :func:`_read_frame`)."""
+        ret, parent, cum, height, n = configs_state.arena(self.frame_spare)
+        nf[0] = n
+        single = len(configs) == 1
+        trk[0] = n if single else -1
+        trk[1] = height[configs[0][1]] if single and configs[0][1] >= 0 else 0
+        trk[2] = -1
+        return ret, parent, cum, height
+
+    def _run_fill(self, configs_state: Configurations, configs: tuple[tuple[int, int], ...], limit: int,
+                  words: np.ndarray, listed: "np.ndarray | None" = None) -> tuple:
+        """Run :func:`_fill` (the memo lock held) with scratch areas grown as
+        needed: its return code, counts, how deep it read a single
+        configuration's stack (:func:`_read_frame`) and the reply's frames.
+        With ``listed``, the returning tokens' distances are kept
+        (``listed[0]`` the token list, ``listed[1]`` the distances by token)."""
+        if listed is not None:
+            tok_cost, tok_list, cost_stamp = self._scratch.costs(self.size, self._ret_cap)
+            listed[0], listed[1], listed[2] = tok_list, tok_cost, cost_stamp
+        else:
+            tok_cost, tok_list, cost_stamp = _NO_COSTS, _NO_LIST, np.int32(0)
+        ws, items, scr, res, flags, counts, nf, cfg, trk = self._scratch.get(self.trie.n_nodes)
+        if len(configs) <= cfg.shape[1]:
+            g, f = cfg[0, :len(configs)], cfg[1, :len(configs)]
+            for k, (cg, cf) in enumerate(configs):
+                g[k] = cg
+                f[k] = cf
+        else:
+            g = np.array([c[0] for c in configs], dtype=np.int32)
+            f = np.array([c[1] for c in configs], dtype=np.int32)
+        for grow in (1, 4, 16):
+            if grow > 1:
+                ws, items, scr, res, flags, counts, nf, _, _ = self._scratch.get(self.trie.n_nodes, grow)
+            ret, parent, cum, height = self._start_walk(configs_state, configs, nf, trk)
+            rc = _fill(*self._kernel_args, g, f, ret, parent, cum, height, nf, self.state_row, self.rows,
+                       self.grp_off, self.grp_byte, self.grp_tok_start, self.grp_tok, self.grp_start,
+                       self.bnd_node, *self._cost_args, np.int32(limit), words, np.int64(self.work_cap), items, ws,
+                       scr, res, flags, counts, trk, tok_cost, tok_list, cost_stamp)
+            if rc == -2 and listed is not None:
+                tok_cost, tok_list, cost_stamp = self._scratch.costs(self.size, self._ret_cap)
+                listed[0], listed[1], listed[2] = tok_list, tok_cost, cost_stamp
+            if rc != -2:
+                break
+            self.frame_spare *= 4
+        return rc, counts, int(trk[2]), (ret, parent, cum)
+
+    def _listed(self, configs_state: Configurations, configs: tuple[tuple[int, int], ...], limit: int,
+                words: np.ndarray, memo: tuple) -> bool:
+        """The budget mask of a single configuration whose grammar mask this
+        reply has remembered with its returning tokens listed: the state's
+        table row plus the listed tokens that fit.  False where not listed."""
+        seen = configs_state.memo_slots.get(configs)
+        if seen is None:
+            return False
+        g0, f0 = configs[0]
+        stored = self._table_row(g0, limit - configs_state._cum[f0])
+        ret_tok, ret_cost, ret_n = self._ret
+        with self._memo_lock:
+            slot = seen[0]
+            n = int(ret_n[slot])
+            if n < 0 or memo[0][2][slot] != seen[1]:
+                return False  # not listed, or the slot was reused
+            if stored is None:
+                words[:] = 0
+            else:
+                words[...] = stored
+            _add_fitting(words, ret_tok[slot], ret_cost[slot], n, limit - seen[3])
+        return True
+
+    def _table_row(self, g: int, room: int) -> "np.ndarray | None":
+        """The stored row of state ``g``'s tokens that end within ``room`` of
+        finishing above its frame (its budget table), or None for none."""
+        if room >= self.row_fits[g]:
+            return self.rows[self.state_row[g]]
+        k = -1
+        for e in range(self.cost_off[g], self.cost_off[g + 1]):
+            if self.cost_thr[e] > room:
+                break
+            k = int(self.cost_row[e])
+        return None if k < 0 else self.table_rows[k]
 
     def _remembered(self, memo: tuple, seen: "tuple[int, ...] | None", words: np.ndarray, table: int = 0) -> bool:
         """Copy a reply's remembered slot of ``memo[table]`` into ``words`` if
@@ -852,21 +1097,40 @@ class RuleMasks:
                                     np.zeros(slots + 1, dtype=np.int64), np.zeros(_MEMO_KEY + 2, dtype=np.int32),
                                     np.zeros(_MEMO_KEY + 2, dtype=np.int32), np.zeros(slots, dtype=np.int64),
                                     np.zeros(1, dtype=np.int64)) for _ in range(2))
+                self._ret = (np.zeros((slots, self._ret_cap), dtype=np.int32),
+                             np.zeros((slots, self._ret_cap), dtype=np.int32), np.full(slots, -1, dtype=np.int32))
             return self._memo
 
     def within(self, configs_state: Configurations, configs: tuple[tuple[int, int], ...], limit: int,
                out: np.ndarray) -> None:
         """Write into ``out`` (int32 words) the text tokens after which some
         configuration finishes within ``limit`` bytes (stop ids not cleared).
+        With budget tables (``cost_off``) only grammatical ones: the budget
+        mask itself (:class:`~poot_vllm.core.matchers.rules.RuleMatcher` takes
+        it as is); without, the caller intersects it with the grammar mask.
 
         A single configuration's result is remembered like a grammar mask
         (:func:`_memo_lookup`), its key ending with ``limit`` less the distance
         of the frames the walk did not read."""
         words = out.view(np.uint32)
+        single = len(configs) == 1
+        tables = self.cost_off is not None
+        if tables and single:
+            g0, f0 = configs[0]
+            if f0 < 0 or not self.returns[g0]:
+                # No token returns: the state's table alone.
+                room = limit - (configs_state._cum[f0] if f0 >= 0 else 0)
+                stored = self._table_row(g0, room)
+                if stored is None:
+                    words[:] = 0
+                else:
+                    words[...] = stored
+                return
         memo = self._memo if self._memo is not None else self._memo_tables()
+        if tables and single and self._listed(configs_state, configs, limit, words, memo):
+            return
         if self._remembered(memo, configs_state.budget_slots.get((configs, limit)), words, 1):
             return
-        single = len(configs) == 1
         keys, rows, used, key_depth, key_frame, memo_cost, found = memo[1]
         no_bnd = np.zeros(0, dtype=np.int32)
         with self._memo_lock:
@@ -878,19 +1142,29 @@ class RuleMasks:
                 if slot >= 0:
                     configs_state.budget_slots[(configs, limit)] = (slot, int(used[slot]))
                     return
-            for grow in (1, 4, 16):
+            if tables:
+                # The grammar mask's own walk, its rows and walks cut at the limit.
+                rc, _, read, (ret, parent, cum) = self._run_fill(configs_state, configs, limit, words)
+                if rc == 0:
+                    if single:
+                        slot = _memo_store(f0, ret, cum, self.model.dist, limit, keys, rows, used, key_depth,
+                                           key_frame, memo_cost, 0, words, read)
+                        if slot >= 0:
+                            configs_state.budget_slots[(configs, limit)] = (slot, int(used[slot]))
+                    return
+            # (With tables the result must be grammatical on its own -- RuleMatcher takes it as the
+            # mask -- so past the work cap it is the one-byte check below, never the root walk,
+            # whose shortcut sets tokens the grammar mask would have to clear.)
+            for grow in ((1, 4, 16) if not tables else ()):
                 ws, items, scr, res, flags, counts, nf, _, trk = self._scratch.get(self.trie.n_nodes, grow)
-                ret, parent, cum, height, n = configs_state.arena(self.frame_spare)
-                nf[0] = n
-                trk[0] = n if single else -1
-                trk[1] = height[configs[0][1]] if single and configs[0][1] >= 0 else 0
-                trk[2] = -1
+                ret, parent, cum, height = self._start_walk(configs_state, configs, nf, trk)
                 for k, (g, f) in enumerate(configs):
                     items[0, k], items[1, k], items[2, k] = 0, g, f
                 words[:] = 0
                 rc = _walk_items(*self._kernel_args, items, len(configs), ret, parent, cum, height, nf,
                                  np.int32(limit), words, np.int64(self.work_cap), ws, scr, res, flags, no_bnd, no_bnd,
-                                 np.int32(0), counts, np.int32(self.model.inc1), self.sub_max, trk)
+                                 np.int32(0), counts, np.int32(self.model.inc1), self.sub_max, trk, _NO_COSTS,
+                                 _NO_LIST, np.int32(0))
                 if rc == 0:
                     if single:
                         slot = _memo_store(f0, ret, cum, self.model.dist, limit, keys, rows, used, key_depth,
@@ -927,7 +1201,11 @@ def warm_up() -> None:
     vocab = _ToyVocab((b"(", b"x", b"))", None), frozenset({3}), 4)
     masks = RuleMasks(model, vocab, _build_trie(vocab.token_bytes, vocab.size))  # keep the cache for real tries
     configs = Configurations(model)
-    after = configs.advance(configs.initial(), b"((")
     row = np.zeros(1, dtype=np.int32)
-    masks.fill(configs, after, row)
-    masks.within(configs, after, 3, row)
+    # "((x" leaves a token ("))") that returns through two frames: the memo's lookup,
+    # walk and store kernels run too (else the first grammar reply's second step
+    # loads them: ~27 ms from numba's cache, seconds where it compiles them)
+    for text in (b"((", b"((x", b"((x"):
+        after = configs.advance(configs.initial(), text)
+        masks.fill(configs, after, row)
+        masks.within(configs, after, 3, row)

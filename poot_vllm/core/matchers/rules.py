@@ -128,23 +128,49 @@ class RuleMatcher(TokenMatcher):
             # The return walk passed its cap (only heavily ambiguous grammars,
             # many stacks at once): every token checked on its own, slow and exact.
             self._fill_one_by_one(configs, target)
+        can_end = self._can_end()
+        if self._budget is None:
+            self._add_stops(target, can_end)
+        else:
+            remaining = self._budget - self._accepted
+            limit = remaining - 1 - self._stop_cost
+            # Every allowed token leaves configurations that finish within
+            # ``bound`` bytes: if that fits, no token can break the budget.
+            if bound is not None and bound <= limit:
+                self._add_stops(target, can_end)
+            elif bound is not None and self._masks.cost_off is not None and self._within(
+                    configs, limit, target, can_end and remaining >= self._stop_cost):
+                # Budget tables: the mask's own walk cut at the limit is the
+                # budget mask itself (grammatical text tokens that still fit).
+                self._add_stops(target, can_end and remaining >= self._stop_cost)
+            else:
+                self._add_stops(target, can_end)
+                restrict_to_budget(self._masks, self._configs, configs, target, remaining, self._stop_cost,
+                                   self._stop_row)
+        if target is not row:
+            row[...] = target
+
+    def _within(self, configs: tuple, limit: int, target: np.ndarray, may_stop: bool) -> bool:
+        """The grammatical text tokens that still fit into ``target``; False
+        (``target`` then holds the grammar mask again) when none does and the
+        reply may not stop here: past the point of no return,
+        :func:`restrict_to_budget` heads for the end."""
+        self._masks.within(self._configs, configs, limit, target)
+        if may_stop or target.any():
+            return True
+        self._masks.fill(self._configs, configs, target)
+        return False
+
+    def _add_stops(self, target: np.ndarray, can_end: bool) -> None:
+        """Clear stop ids that have bytes (text tokens), set them where the reply may end."""
         if self._stops_are_text:
             target &= self._text_only
-        if self._can_end():
+        if can_end:
             if len(self._stop_bits) <= 8:
                 for w, bit in self._stop_bits:
                     target[w] |= bit
             else:
                 target |= self._stop_row
-        if self._budget is not None:
-            remaining = self._budget - self._accepted
-            # Every allowed token leaves configurations that finish within
-            # ``bound`` bytes: if that fits, no token can break the budget.
-            if bound is None or bound > remaining - 1 - self._stop_cost:
-                restrict_to_budget(self._masks, self._configs, configs, target, remaining, self._stop_cost,
-                                   self._stop_row)
-        if target is not row:
-            row[...] = target
 
     def _fill_one_by_one(self, configs: tuple, out: np.ndarray) -> None:
         words = out.view(np.uint32)
