@@ -206,10 +206,11 @@ def grammar_accepts(grammar: Any, text: str) -> bool:
 
 
 def check_grammar(item: dict, result: dict, samples: int, seed: int) -> None:
-    """A recursive schema served as a grammar: its replies validate, the invalid instances do not parse."""
+    """A schema served as a grammar (a recursive one, or one whose free-form values pass the DFA's
+    budget: one rule for them): its replies validate, the invalid instances do not parse."""
     from poot_vllm.core.json_schema.recursive import schema_grammar
 
-    if schema_grammar(item["schema"]) is None:
+    if result.get("dfa") and schema_grammar(item["schema"]) is None:
         return
     from poot_vllm.core.grammar.gbnf import Grammar
     from poot_vllm.core.json_schema import compile_json_schema

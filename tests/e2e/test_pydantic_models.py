@@ -149,8 +149,31 @@ class Pet(BaseModel):
     friends: Annotated[List[Annotated[Union[Cat, Dog], Field(discriminator="kind")]], Field(max_length=2)] = []
 
 
+class Ticket(BaseModel):
+    # patterns beside large max_length: the lengths folded into the pattern's one repetition (a
+    # counted repetition); a 400 while they were a lookahead holding a copy per character
+    code: Annotated[str, StringConstraints(pattern=r"^[A-Z]{2}-\d+$", max_length=500)]
+    title: Annotated[str, StringConstraints(pattern=r"^[A-Z]", max_length=250)]
+    link: Annotated[str, StringConstraints(pattern=r"^https?://", max_length=2083)]
+
+
+class Record(BaseModel):
+    # eight free-form fields: the DFA holds a copy of the free-form value per field, past the
+    # automaton budget even 1 container deep (a 400 before); a grammar with the free-form value
+    # as one rule (exact at any depth)
+    id: Annotated[str, Field(max_length=12)]
+    created_at: Any = None
+    created_by: Any = None
+    updated_at: Any = None
+    updated_by: Any = None
+    labels: Any = None
+    extra: Any = None
+    meta: Any = None
+    payload: Any = None
+
+
 MODELS = [Contact, Network, Inventory, Order, Labels, Tags, TreeNode, Expr, Credentials, Event, Article, Shipment,
-          Reading, Pet]
+          Reading, Pet, Ticket, Record]
 
 
 @pytest.fixture(scope="module", params=["spm_server", "bpe_server"])

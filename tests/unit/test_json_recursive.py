@@ -42,9 +42,10 @@ TREE = {"$defs": {"Node": {"type": "object", "required": ["v"], "additionalPrope
     "kids": {"type": "array", "items": {"$ref": "#/$defs/Node"}}}}}, "$ref": "#/$defs/Node"}
 LINKED = {"type": "object", "required": ["v"], "properties": {"v": {"type": "boolean"}, "next": {"$ref": "#"}}}
 #: lookaheads inside the recursion: ``pattern`` with ``maxLength`` (non-ASCII members: 2-, 3- and 4-byte
-#: UTF-8) and ``patternProperties`` keys, each embedded in its rule as a byte automaton
+#: UTF-8; two variable parts, so the length is a lookahead, not folded into the pattern) and
+#: ``patternProperties`` keys, each embedded in its rule as a byte automaton
 NAMED = {"$defs": {"Node": {"type": "object", "required": ["name"], "additionalProperties": False, "properties": {
-    "name": {"type": "string", "pattern": "^[a-z\u00e9\u20ac\U0001d11e]+$", "maxLength": 4},
+    "name": {"type": "string", "pattern": "^[a-z\u00e9]*[a-z\u20ac\U0001d11e]+$", "maxLength": 4},
     "kids": {"type": "array", "items": {"$ref": "#/$defs/Node"}}}}}, "$ref": "#/$defs/Node"}
 KEYED = {"type": "object", "patternProperties": {"^[a-z]+$": {"$ref": "#"}}, "additionalProperties": False}
 
@@ -71,15 +72,16 @@ def is_valid(schema, text: str) -> bool:
     return jsonschema.Draft202012Validator(schema).is_valid(value)
 
 
-def replies(grammar: Grammar, n: int, seed: int, budget: int = 400) -> list[str]:
-    """Random replies through poot's masks (a random-weight model), each finished inside ``budget``."""
+def replies(grammar: Grammar, n: int, seed: int, budget: int = 400, own: bool = True) -> list[str]:
+    """Random replies through poot's masks (a random-weight model), each finished inside ``budget``
+    (``own=False``: whichever matcher serves the grammar, poot's or xgrammar's with poot's budget)."""
     comp = compile_pushdown(grammar, BYTE_VOCAB)
     out = []
     rng = random.Random(seed)
     stop = min(BYTE_VOCAB.stop_ids)
     for _ in range(n):
         m = comp.new_matcher()
-        assert isinstance(m, RuleMatcher)
+        assert isinstance(m, RuleMatcher) or not own
         m.set_token_budget(budget)
         text = b""
         while not m.is_terminated():
@@ -308,3 +310,64 @@ def test_recursion_without_an_end_is_still_refused_naming_the_ref():
                "$ref": "#/$defs/N"}
     with pytest.raises(UnsupportedConstruct, match=r"'\$ref' at /\$defs/N/properties/next.*a way to end"):
         compile_json_schema(endless)
+
+
+# -- free-form values as one rule: where the DFA's copies pass the budget ------------------------
+#: Eight optional free-form properties beside a bounded text: each free-form value is a copy in
+#: the DFA (the continuation after each differs), past max_automaton_bytes even 1 container deep.
+WIDE_ANY = {"type": "object", "additionalProperties": False, "required": ["name"],
+            "properties": {"name": {"type": "string", "maxLength": 12},
+                           **{f"x{i}": {"description": "anything"} for i in range(8)}}}
+
+
+def test_free_form_values_past_the_automaton_budget_are_one_grammar_rule():
+    """Served as a grammar (it was a 400 naming max_automaton_bytes), exact at any depth:
+    free-form values nest deeper than the DFA's FREE_FORM_DEPTHS, and the rest of the
+    schema still holds (required key, sorted keys, the string's length)."""
+    from poot_vllm.core.errors import LimitExceeded
+    from poot_vllm.core.json_schema import FREE_FORM_DEPTHS, served_regex
+
+    with pytest.raises(LimitExceeded):
+        served_regex(WIDE_ANY)  # the DFA alone does not fit, at any free-form depth
+    grammar = compile_json_schema(WIDE_ANY)
+    assert isinstance(grammar, Grammar)
+    deep = "[" * (max(FREE_FORM_DEPTHS) + 3) + "1" + "]" * (max(FREE_FORM_DEPTHS) + 3)
+    for text in ['{"name":"a"}', '{"name":"","x0":null,"x7":{"k":[1,"s",{"q":true}]}}',
+                 '{"name":"abc","x3":' + deep + '}', '{"name":"n","x1":-1.5,"x2":"t"}']:
+        assert is_valid(WIDE_ANY, text), text
+        assert accepts(grammar, text), text
+    for bad in ['{"x0":1}', '{"name":"a","x9":1}', '{"x0":1,"name":"a"}', '{"name":"' + "a" * 13 + '"}',
+                '{"name":"a","x0":[1,]}', '{"name":"a","x0":{"k":1,"k":2}}', '{"name":"a","x0":' + deep[:-1] + '}']:
+        assert not accepts(grammar, bad), bad
+
+
+def test_free_form_rule_replies_validate_and_finish_inside_the_budget():
+    grammar = compile_json_schema(WIDE_ANY)
+    texts = replies(grammar, 30, seed=3, budget=120, own=False)
+    for text in texts:
+        assert is_valid(WIDE_ANY, text), text
+        json.loads(text, object_pairs_hook=lambda pairs: dict(pairs) if len({k for k, _ in pairs}) == len(pairs)
+                   else pytest.fail(f"repeated key in {text}"))
+    assert max(text.count("{") + text.count("[") for text in texts) > 1
+
+
+def test_a_schema_without_free_form_values_past_the_budget_is_still_refused():
+    from poot_vllm.core.errors import LimitExceeded
+
+    with pytest.raises(LimitExceeded, match="max_automaton_bytes"):
+        compile_json_schema({"type": "string", "pattern": "(a|b)*a(a|b){17}"})
+
+
+def test_the_free_form_rule_is_bounded_like_the_automata():
+    """The fallback models its rules in Python: past its own bound (regex positions charged
+    against max_automaton_bytes, or a lookahead to embed) the schema stays the DFA's 400."""
+    from poot_vllm.core.errors import LimitExceeded
+    from poot_vllm.core.json_schema.recursive import schema_grammar
+
+    with_lookahead = {**WIDE_ANY, "properties": {**WIDE_ANY["properties"],
+                                                 "slug": {"type": "string", "pattern": "^[a-z]+(-[a-z]+)*$",
+                                                          "maxLength": 12}}}
+    with pytest.raises(LimitExceeded, match="max_automaton_bytes"):
+        compile_json_schema(with_lookahead)
+    assert schema_grammar(WIDE_ANY, Limits(max_automaton_bytes=1 << 20), free_form_rule=True) is not None
+    assert schema_grammar(WIDE_ANY, Limits(max_automaton_bytes=1 << 12), free_form_rule=True) is None

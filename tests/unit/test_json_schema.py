@@ -247,6 +247,71 @@ def test_lengths_implied_by_the_pattern_add_nothing():
     assert implied == schema_to_regex({"type": "string", "pattern": "^[0-9]{5}$"})
 
 
+def _same_language(a, b) -> "bytes | None":
+    """A byte string one plain DFA accepts and the other does not (None: the same language)."""
+    seen = {(a.start, b.start)}
+    queue = [(a.start, b.start, b"")]
+    while queue:
+        sa, sb, text = queue.pop(0)
+        if sa >= 0 and sb >= 0 and bool(a.accepting[sa]) != bool(b.accepting[sb]) or \
+                (sa < 0) != (sb < 0) and bool(a.accepting[sa] if sa >= 0 else b.accepting[sb]):
+            return text
+        for byte in range(256):
+            na = int(a.transitions[sa, byte]) if sa >= 0 else -1
+            nb = int(b.transitions[sb, byte]) if sb >= 0 else -1
+            if (na, nb) != (-1, -1) and (na, nb) not in seen:
+                seen.add((na, nb))
+                queue.append((na, nb, text + bytes([byte])))
+    return None
+
+
+_FOLDED_PATTERNS = ["^[a-z]", "^([^,]|$)", "^[a-z0-9-]+$", "^https?://", "^[A-Z]{2}-\\d+$", "^(ab)+$",
+                    "\\.json$", "^x?y?[0-9]*$", "^(a|bc)$", "^$|^[ab]+$", "^\\w+@"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(pattern=st.sampled_from(_FOLDED_PATTERNS), lo=st.integers(0, 6), span=st.one_of(st.none(), st.integers(0, 12)))
+def test_lengths_folded_into_a_pattern_are_the_intersection(pattern, lo, span):
+    """minLength/maxLength folded into the pattern's one repetition (a counted repetition at
+    scale, not a lookahead holding a copy per character) accept exactly what the lookahead
+    intersection accepts: the two plain DFAs are equal, byte for byte."""
+    from poot_vllm.core.automata.build import Budget, regex_tree_to_dfa
+    from poot_vllm.core.json_schema.patterns import translate_pattern
+    from poot_vllm.core.json_schema.strings import json_char
+    from poot_vllm.core.regex.parser import parse
+
+    hi = None if span is None else lo + span
+    schema = {"type": "string", "pattern": pattern, "minLength": lo, **({} if hi is None else {"maxLength": hi})}
+    try:
+        folded = schema_to_regex(schema)
+    except PootError:
+        return  # no string fits (the lookahead form is refused the same way below)
+    bound = f"{{{lo},}}" if hi is None else f"{{{lo},{hi}}}"
+    reference = f'"(?=(?:{json_char()}){bound}")(?:{translate_pattern(pattern).regex})"'
+    big = 64 << 20
+    try:
+        b = regex_tree_to_dfa(parse(reference), Budget(big), counted=False)
+    except PootError:  # no string fits: the folded form matches none either
+        with pytest.raises(PootError):
+            regex_tree_to_dfa(parse(folded), Budget(big), counted=False)
+        return
+    a = regex_tree_to_dfa(parse(folded), Budget(big), counted=False)
+    witness = _same_language(a, b)
+    assert witness is None, (folded, witness)
+
+
+@pytest.mark.parametrize("pattern,hi", [("^[A-Z]", 4000), ("^([^,]|$)", 191), ("^https?://", 2083),
+                                        ("^[a-z0-9_-]+$", 4000), ("^[A-Z]{2}-\\d+$", 500)])
+def test_a_pattern_with_a_large_max_length_is_served_counted(pattern, hi):
+    """Pydantic's ``constr(pattern=..., max_length=4000)``: within the default budget (a 400
+    while the lengths were a lookahead: its automaton held a copy per character), and every
+    sample validates."""
+    schema = {"type": "string", "pattern": pattern, "minLength": 1, "maxLength": hi}
+    dfa = compile_json_schema(schema)
+    assert dfa.counter_limit is not None and max(dfa.counter_limit) >= hi - 8
+    samples_validate(schema, n=30, seed=3)  # (drawn from the regex: its counts hold)
+
+
 @pytest.mark.parametrize(
     "fmt,accept,reject",
     [

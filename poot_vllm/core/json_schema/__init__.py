@@ -70,7 +70,16 @@ def compile_json_schema(schema: "dict | bool | str", limits: Limits = DEFAULT_LI
     grammar = schema_grammar(schema, limits)
     if grammar is not None:
         return grammar
-    return _fit_recursion(schema, limits)[1]
+    try:
+        return _fit_recursion(schema, limits)[1]
+    except LimitExceeded:
+        # Free-form values copied into every place that holds one (each copy a different
+        # continuation) can pass the automaton budget even 1 container deep: as a grammar
+        # the free-form value is one rule, called from each place (and exact at any depth).
+        grammar = schema_grammar(schema, limits, free_form_rule=True)
+        if grammar is not None:
+            return grammar
+        raise
 
 
 def _fit_recursion(schema: "dict | bool | str", limits: Limits, escaped: str = "") -> tuple[str, DFA]:

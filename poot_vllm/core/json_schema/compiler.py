@@ -73,6 +73,8 @@ MAX_SCHEMA_DEPTH = 64
 RECURSION_DEPTH = 4
 #: The unrolling depths tried, deepest first, until the automaton fits its budgets.
 RECURSION_DEPTHS = (4, 3, 2, 1)
+#: The key of the free-form value's rule in rules mode (no JSON pointer looks like it).
+FREE_FORM_RULE = "<any JSON value>"
 
 ANNOTATIONS = frozenset(
     """title description examples example default $schema $id id $comment deprecated readOnly
@@ -272,7 +274,8 @@ class SchemaCompiler:
     """One compilation: the root document (for ``$ref``), the limits, caches."""
 
     def __init__(self, root: Any, limits: Limits, escaped: str = "", whitespace: str = WS,
-                 recursion: int = RECURSION_DEPTH, rules: bool = False, free_form: int = FREE_FORM_DEPTH) -> None:
+                 recursion: int = RECURSION_DEPTH, rules: bool = False, free_form: int = FREE_FORM_DEPTH,
+                 free_form_rule: bool = False) -> None:
         #: the document, every ``$ref`` a pointer from its root (anchors and ``$id`` resolved)
         self.root = root = local_refs(root)
         self.limits = limits
@@ -285,6 +288,9 @@ class SchemaCompiler:
         #: containers a free-form value may nest (FREE_FORM_DEPTHS), and whether any was written
         self.free_form = free_form
         self.free_form_used = False
+        #: rules mode only: a free-form value is one grammar rule (any JSON value, any depth),
+        #: not a regex nested ``free_form`` containers deep (see :meth:`_free_form_rule`)
+        self.free_form_rule = free_form_rule and rules
         #: rules mode (json_schema.recursive): each cyclic ``$ref`` target is compiled once, as a
         #: grammar rule: target -> [placeholder character standing for it in the regex text, body]
         self.rules: "dict[str, list] | None" = {} if rules else None
@@ -302,7 +308,7 @@ class SchemaCompiler:
         self.key_first = cs.subtract(cs.subtract(cs.complement(NOT_RAW), ((0xD800, 0xDFFF),)), escaped_set(self.escaped))
         self.ref_cache: dict[Any, str] = {}
         self._any_cache: dict[int, str] = {}
-        self.pattern_cache: dict[str, Any] = {}
+        self.pattern_cache: dict[Any, Any] = {}
         #: steps taken by this compile's negations (negation.MAX_NEGATION_WORK bounds them)
         self.negation_work = [0]
         #: (pointer, keyword, regex, copies) of every counted repetition and other large part, for
@@ -362,6 +368,8 @@ class SchemaCompiler:
     def any_value(self, depth: "int | None" = None) -> str:
         """Any JSON value with at most ``depth`` nested containers (default: this compile's ``free_form``)."""
         self.free_form_used = True
+        if self.free_form_rule:
+            return self._free_form_rule()
         if depth is None:
             depth = self.free_form
         if depth not in self._any_cache:
@@ -374,6 +382,22 @@ class SchemaCompiler:
                 ] + scalars
             self._any_cache[depth] = self.check(_alternation(scalars), "")
         return self._any_cache[depth]
+
+    def _free_form_rule(self) -> str:
+        """Rules mode with ``free_form_rule``: any JSON value as one grammar rule that calls
+        itself for the items and member values of its containers, so that every free-form
+        value of the schema is a call (one copy, exact at any depth) instead of a regex
+        copied into every place that holds one (json_schema.recursive; what
+        :func:`~poot_vllm.core.json_schema.compile_json_schema` falls back to where those
+        copies pass the automaton budget)."""
+        entry = self.rules.get(FREE_FORM_RULE)
+        if entry is None:
+            entry = self.rules[FREE_FORM_RULE] = [rule_placeholder(len(self.rules)), None]
+            inner = entry[0]
+            entry[1] = self.check(_alternation([f"\\[{counted_list(inner, 0, None, self.comma)}\\]",
+                                                self.free_object(inner), self.string, NUMBER, "true", "false",
+                                                "null"]), "")
+        return entry[0]
 
     def free_object(self, inner: str) -> str:
         """A free-form object: at most one key, whose value is ``inner``.
@@ -1546,6 +1570,14 @@ class SchemaCompiler:
             translated.append(embedded)
         if main is None and translated:
             last = translated.pop()
+            if embedded is None and (lo > last.min_len or (hi is not None and (last.max_len is None or last.max_len > hi))):
+                # The lengths folded into the pattern's one repetition where they can be
+                # (a counted repetition), else a lookahead below (an automaton per character).
+                folded = self._pattern(patterns[-1], pointer, (lo, hi))
+                if folded.min_len >= lo and (hi is None or (folded.max_len is not None and folded.max_len <= hi)):
+                    last = folded
+                    if hi is not None:
+                        self.note(pointer, "maxLength", char, 1)
             main, cmin, cmax = last.regex, last.min_len, last.max_len
             self.note(pointer, "pattern", main, 1)
         if main is None:
@@ -1584,13 +1616,14 @@ class SchemaCompiler:
         except PootError:
             return None  # what poot cannot build stays an annotation, as JSON Schema reads it
 
-    def _pattern(self, pattern: str, pointer: str) -> Any:
+    def _pattern(self, pattern: str, pointer: str, lengths: "tuple[int, int | None] | None" = None) -> Any:
         # Cached: 'not' and oneOf differences translate the same negated patterns once per piece.
-        if pattern in self.pattern_cache:
-            return self.pattern_cache[pattern]
+        key = pattern if lengths is None else (pattern, lengths)
+        if key in self.pattern_cache:
+            return self.pattern_cache[key]
         try:
-            out = translate_pattern(pattern, lambda n: self.check_size(n, pointer), self.escaped)
-            self.pattern_cache[pattern] = out
+            out = translate_pattern(pattern, lambda n: self.check_size(n, pointer), self.escaped, lengths)
+            self.pattern_cache[key] = out
             return out
         except PatternError as exc:
             if exc.unsupported:
@@ -1986,13 +2019,16 @@ def _new_compiler(schema: dict | bool | str, limits: Limits, escaped: str, recur
     return SchemaCompiler(root, limits, escaped, whitespace, recursion, rules, free_form)
 
 
-def compile_schema_rules(schema: dict | bool | str, limits: Limits, escaped: str = "") -> tuple[str, SchemaCompiler]:
+def compile_schema_rules(schema: dict | bool | str, limits: Limits, escaped: str = "",
+                         free_form_rule: bool = False) -> tuple[str, SchemaCompiler]:
     """Rules mode (json_schema.recursive): the root's regex text, and the compiler whose
-    ``rules`` hold each cyclic target's placeholder and regex text.  Raises
+    ``rules`` hold each cyclic target's placeholder and regex text (and, with
+    ``free_form_rule``, the free-form value's: ``FREE_FORM_RULE``).  Raises
     ``NeedsUnrolling`` where a placeholder cannot stand for its rule."""
     # recursion=2 only bounds merging a target into itself through allOf/$ref siblings
     # (_recursion_end raises NeedsUnrolling in rules mode); references become rules.
     compiler = _new_compiler(schema, limits, escaped, 2, rules=True)
+    compiler.free_form_rule = free_form_rule
     if "" in compiler.cyclic:  # "#" refers back to the root: the root is a rule too
         return compiler._compile_ref("", "", (), 0), compiler
     return compiler.compile(compiler.root, "", ()), compiler

@@ -125,6 +125,8 @@ def _concat(a: Variants, b: Variants) -> Variants:
 
 
 def _translate(node: ast.Node, size_check, escaped: str = "") -> Variants:
+    if node is _PAD:
+        return {(False, False): _Piece(json_char(escaped), 1, 1)}  # spelled as an unanchored end's padding
     if isinstance(node, ast.Chars):
         rx = json_char_regex(node.ranges, escaped)
         # One regex atom only when every character is written raw: an escape
@@ -170,11 +172,17 @@ class TranslatedPattern:
     max_len: int | None
 
 
-def translate_pattern(pattern: str, size_check=lambda n: None, escaped: str = "") -> TranslatedPattern:
+def translate_pattern(pattern: str, size_check=lambda n: None, escaped: str = "",
+                      lengths: "tuple[int, int | None] | None" = None) -> TranslatedPattern:
     """Regex for JSON string contents whose decoded value ``re.search``-matches ``pattern``.
 
     Characters in ``escaped`` are spelled only as ``\\u`` escapes
     (:func:`~poot_vllm.core.json_schema.strings.json_char`).
+
+    With ``lengths`` (``minLength``, ``maxLength``), the result also has that
+    many characters where the lengths can be folded into the pattern's one
+    repetition (:func:`_fold_lengths`); check the returned lengths: where they
+    could not, it is the plain translation.
 
     Raises :class:`PatternError` outside the supported subset; an empty
     result (the pattern can match nothing poot can spell) is a PatternError too.
@@ -182,6 +190,10 @@ def translate_pattern(pattern: str, size_check=lambda n: None, escaped: str = ""
     tree = _parse(pattern)
     if ast.has_look(tree) or _anchor_in_repeat(tree, False):
         return _translate_by_automaton(tree, size_check, escaped)
+    if lengths is not None:
+        folded = _fold_lengths(tree, *lengths)
+        if folded is not None:
+            tree = folded
     variants = _translate(tree, size_check, escaped)
     any_run = f"{json_char(escaped)}*"
     alts: list[str] = []
@@ -202,6 +214,129 @@ def translate_pattern(pattern: str, size_check=lambda n: None, escaped: str = ""
     regex = alts[0] if len(alts) == 1 else "(?:" + "|".join(alts) + ")"
     size_check(len(regex))
     return TranslatedPattern(regex, min_len or 0, max_len)
+
+
+# --- lengths folded into the pattern ----------------------------------------------------------
+
+#: "Any character" where an alternative is not anchored (spelled like translate_pattern's padding).
+_PAD = ast.Chars(cs.ANY_CHAR)
+#: Alternatives a pattern may be split into when lengths are folded in (alternations that hold
+#: an anchor, ``^(a|$)``, are split; past this the lengths stay a lookahead).
+MAX_FOLD_BRANCHES = 16
+
+
+def _fixed_len(node: ast.Node) -> "int | None":
+    """The number of characters every match of ``node`` has, or None (variable, or an anchor)."""
+    if isinstance(node, ast.Chars):
+        return 1
+    if isinstance(node, ast.Concat):
+        total = 0
+        for item in node.items:
+            k = _fixed_len(item)
+            if k is None:
+                return None
+            total += k
+        return total
+    if isinstance(node, ast.Alt):
+        lens = {_fixed_len(item) for item in node.items}
+        return lens.pop() if len(lens) == 1 else None
+    if isinstance(node, ast.Repeat):
+        k = _fixed_len(node.item)
+        if k is not None and (k == 0 or node.min == node.max):
+            return k * node.min
+    return None
+
+
+def _has_anchor(node: ast.Node) -> bool:
+    if isinstance(node, ast.Anchor):
+        return True
+    if isinstance(node, (ast.Concat, ast.Alt)):
+        return any(_has_anchor(i) for i in node.items)
+    return False  # (anchors in repeats take the automaton path)
+
+
+def _branches(node: ast.Node) -> "list[list[ast.Node]] | None":
+    """``node`` as alternatives of item sequences, the alternations that hold an anchor split."""
+    if isinstance(node, ast.Alt):
+        out: list[list[ast.Node]] = []
+        for item in node.items:
+            sub = _branches(item)
+            if sub is None:
+                return None
+            out += sub
+        return out if len(out) <= MAX_FOLD_BRANCHES else None
+    items = node.items if isinstance(node, ast.Concat) else (node,)
+    acc: list[list[ast.Node]] = [[]]
+    for item in items:
+        if isinstance(item, (ast.Alt, ast.Concat)) and _has_anchor(item):
+            sub = _branches(item)
+            if sub is None or len(acc) * len(sub) > MAX_FOLD_BRANCHES:
+                return None
+            acc = [a + b for a in acc for b in sub]
+        elif isinstance(item, ast.Repeat) and item.max is not None and 0 < item.max - item.min <= 2 \
+                and _fixed_len(item.item) and len(acc) * (item.max - item.min + 1) <= MAX_FOLD_BRANCHES:
+            # a short optional part (``https?``): one alternative per count, so that the
+            # one variable part left can take the lengths
+            acc = [a + [ast.repeat(item.item, n, n)] for a in acc for n in range(item.min, item.max + 1)]
+        else:
+            acc = [a + [item] for a in acc]
+    return acc
+
+
+def _fold_lengths(tree: ast.Node, lo: int, hi: "int | None") -> "ast.Node | None":
+    """A pattern whose full matches are the strings ``re.search(tree)`` accepts that have
+    ``lo..hi`` characters, or None where that is not simple to write.
+
+    Each alternative (anchored or padded with "any characters" where it is not)
+    must have one variable part at most, a repetition of a fixed-length item:
+    its count then takes the lengths (``^[a-z0-9-]+$`` with ``maxLength`` 40 is
+    ``^[a-z0-9-]{1,40}$``; ``^[A-Z]`` with 191 is ``^[A-Z].{0,190}$``), so a large
+    one is a counted repetition, not a lookahead whose automaton holds a copy
+    per character.  Alternatives too short or too long are dropped."""
+    branches = _branches(tree)
+    if branches is None:
+        return None
+    any_run = ast.Repeat(_PAD, 0, None)
+    kept: list[ast.Node] = []
+    for items in branches:
+        start = end = False
+        while items and isinstance(items[0], ast.Anchor):
+            start, end = start or items[0].kind == "^", end or items[0].kind == "$"
+            items = items[1:]
+        while items and isinstance(items[-1], ast.Anchor):
+            start, end = start or items[-1].kind == "^", end or items[-1].kind == "$"
+            items = items[:-1]
+        if any(isinstance(i, ast.Anchor) for i in items):
+            return None  # an anchor between characters (matches nothing): left to the translation
+        seq = ([] if start else [any_run]) + items + ([] if end else [any_run])
+        fixed, var = 0, None
+        for k, item in enumerate(seq):
+            n = _fixed_len(item)
+            if n is not None:
+                fixed += n
+                continue
+            if var is not None or not isinstance(item, ast.Repeat):
+                return None  # two variable parts (or a variable alternation): a lookahead counts
+            step = _fixed_len(item.item)
+            if not step:
+                return None
+            var = k
+        if var is None:
+            if fixed < lo or (hi is not None and fixed > hi):
+                continue
+        else:
+            rep = seq[var]
+            step = _fixed_len(rep.item)
+            least = max(rep.min, -(-(lo - fixed) // step))
+            most = rep.max if hi is None else (hi - fixed) // step if rep.max is None else \
+                min(rep.max, (hi - fixed) // step)
+            if most is not None and least > most:
+                continue
+            seq[var] = ast.repeat(rep.item, least, most)
+        kept.append(ast.concat([ast.Anchor("^"), *seq, ast.Anchor("$")]))
+    if not kept:
+        return None  # no string fits: the lookahead's empty language says so
+    return ast.alt(kept)
 
 
 # --- patterns with assertions: through an automaton over character atoms ----------------------

@@ -41,10 +41,18 @@ from poot_vllm.core.limits import DEFAULT_LIMITS, Limits
 from poot_vllm.core.regex import ast
 from poot_vllm.core.regex import charsets as cs
 
-def schema_grammar(schema: "dict | bool | str", limits: Limits = DEFAULT_LIMITS, escaped: str = "") -> "Grammar | None":
+def schema_grammar(schema: "dict | bool | str", limits: Limits = DEFAULT_LIMITS, escaped: str = "",
+                   free_form_rule: bool = False) -> "Grammar | None":
     """The grammar of a recursive schema, each cyclic ``$ref`` target one rule;
     None where the schema is not recursive or takes the unrolled DFA (see the
-    module docstring; that path reports any refusal)."""
+    module docstring; that path reports any refusal).
+
+    With ``free_form_rule``, also of a schema that is not recursive but holds
+    free-form values (``{}``, ``additionalProperties: true``, ``Any``): the
+    free-form value is one more rule, any JSON value at any depth (what
+    :func:`~poot_vllm.core.json_schema.compile_json_schema` serves where the
+    DFA's copies of those values pass the automaton budget); None where the
+    schema has none."""
     from poot_vllm.core.grammar.rule_automata import rule_automata
     from poot_vllm.core.json_schema.compiler import compile_schema_rules, parse_schema
     from poot_vllm.core.json_schema.refs import cyclic_targets
@@ -52,12 +60,16 @@ def schema_grammar(schema: "dict | bool | str", limits: Limits = DEFAULT_LIMITS,
 
     try:
         root = parse_schema(schema, limits)
-        if not cyclic_targets(root):
+        if not free_form_rule and not cyclic_targets(root):
             return None
         if any(PLACEHOLDER_BASE <= ord(ch) <= PLACEHOLDER_END
                for ch in json.dumps(root, ensure_ascii=False)):
             return None
-        top, compiler = compile_schema_rules(root, limits, escaped)
+        top, compiler = compile_schema_rules(root, limits, escaped, free_form_rule)
+        if not compiler.rules:
+            return None  # no free-form value and no recursion: a DFA or nothing
+        if free_form_rule and not _small_enough(top, compiler, limits):
+            return None
         names = {entry[0]: f"ref{k}" for k, entry in enumerate(compiler.rules.values())}
         convert = _Converter(names, limits)
         rules = [Rule("root", convert.node(parse(top)))]
@@ -68,6 +80,30 @@ def schema_grammar(schema: "dict | bool | str", limits: Limits = DEFAULT_LIMITS,
     if rule_automata(grammar) is None:
         return None
     return grammar
+
+
+#: The free-form fallback's bound: the rules' regex positions, each charged this many bytes of
+#: ``max_automaton_bytes`` (8,192 positions by default).  The rule automata are built by a
+#: Python subset construction (~0.15 ms a position: ~1 s at the bound); past it the schema
+#: stays the DFA path's 400.
+FREE_FORM_RULE_POSITION_BYTES = 32
+
+
+def _small_enough(top: str, compiler: Any, limits: Limits) -> bool:
+    """Whether a non-recursive schema's rules (free-form values as one rule) are cheap to model:
+    no lookaround (embedding one checks its confinement by automaton products, seconds on a
+    large schema) and at most ``max_automaton_bytes / FREE_FORM_RULE_POSITION_BYTES`` positions."""
+    from poot_vllm.core.regex.parser import parse
+
+    positions = 0
+    for body in [top] + [entry[1] for entry in compiler.rules.values()]:
+        tree = parse(body)
+        if ast.has_look(tree):
+            return False
+        positions += ast.position_count(tree)
+        if positions * FREE_FORM_RULE_POSITION_BYTES > limits.max_automaton_bytes:
+            return False
+    return True
 
 
 def regex_node(regex: str, limits: Limits = DEFAULT_LIMITS) -> Node:
