@@ -207,6 +207,12 @@ CLIENT_MODELS = {
                                "homepage": {"type": "string", "format": "uri", "minLength": 1, "maxLength": 2083},
                                "host": {"type": "string", "format": "hostname"},
                                "joined": {"type": "string", "format": "date-time"}}),
+    # constr(pattern=..., max_length=...) as Pydantic writes it: a pattern beside a large length.
+    "pattern_lengths": _model({"code": _string(500, pattern="^[A-Z]{2}-\\d+$"),
+                               "title": _string(250, pattern="^[A-Z]"),
+                               "link": _string(2083, pattern="^https?://")}),
+    # Eight optional `Any` fields beside an id (`field: Any = None`): a free-form value per field.
+    "many_any": {**_model({"id": _string(12), **{f"field_{i}": {} for i in range(8)}}), "required": ["id"]},
 }
 
 
