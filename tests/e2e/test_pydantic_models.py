@@ -329,3 +329,18 @@ def test_anchor_and_id_references_validate(served):
     # jsonschema (in _validated_replies) resolves the same identifiers
     for value in _validated_replies(served, "Order", ANCHORED_SCHEMA, max_tokens=80, n=3):
         assert isinstance(value["ship"]["zip"], str) and len(value["ship"]["zip"]) == 5
+
+
+def test_many_free_form_fields_as_a_forced_tool(served):
+    """A tool whose eight ``Any`` fields pass the automaton budget as a DFA is forced as a
+    grammar (the free-form value one rule), as for response_format: tool_choice "required"
+    with parallel calls allowed (the SDK's default), every call validates with Pydantic."""
+    server, client = served
+    r = client.chat.completions.create(
+        model=server.model, messages=[{"role": "user", "content": "a record"}], max_tokens=600, n=2,
+        tools=[openai.pydantic_function_tool(Record)], tool_choice="required")
+    for c in r.choices:
+        assert c.finish_reason in ("stop", "tool_calls") and c.message.tool_calls, c
+        for call in c.message.tool_calls:
+            assert call.function.name == "Record"
+            Record.model_validate_json(call.function.arguments)

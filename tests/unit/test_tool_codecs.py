@@ -832,3 +832,33 @@ def test_a_recursive_tool_whose_schema_cannot_be_a_grammar_is_unrolled():
     assert isinstance(dfa, DFA)
     assert dfa.matches(b'<tool_call>\n{"name": "f", "arguments": {"n":1,"v":2}}\n</tool_call>')
     assert not dfa.matches(b'<tool_call>\n{"name": "f", "arguments": {"n":{"v":1},"v":2}}\n</tool_call>')
+
+
+def test_a_tool_with_many_free_form_fields_is_forced_as_a_grammar():
+    # eight optional free-form fields: the call's DFA passes the budget even 1 container deep;
+    # as for response_format, the free-form value is one rule (exact at any depth), and the
+    # codec's escape ("<" only as \u003c) holds inside it
+    from tests.unit.test_json_recursive import WIDE_ANY, accepts, replies
+
+    spec = tool_call_spec([("record", WIDE_ANY), ("ping", {"type": "object", "properties": {
+        "n": {"type": "integer", "minimum": 0, "maximum": 9}}, "required": ["n"]})], parallel=True)
+    grammar = compile_automaton(Constraint(Kind.TOOL_CALL, spec))
+    assert isinstance(grammar, Grammar)
+    names = set()
+    for reply in replies(grammar, 30, seed=2, budget=300, own=False):
+        calls = HERMES_TEXT.parse(reply).calls
+        assert calls, reply
+        for call in calls:
+            names.add(call.name)
+            args = json.loads(call.arguments)
+            jsonschema.validate(args, WIDE_ANY if call.name == "record" else {"required": ["n"]})
+    assert names == {"record", "ping"}
+
+    def call(arguments: str, name: str = "record") -> str:
+        return f'<tool_call>\n{{"name": "{name}", "arguments": {arguments}}}\n</tool_call>'
+
+    deep = "[" * 6 + "1" + "]" * 6
+    assert accepts(grammar, call('{"name": "a", "x1": ' + deep + '}') + "\n" + call('{"n": 3}', "ping"))
+    assert not accepts(grammar, call('{"x1": 1}'))  # 'name' is required
+    assert not accepts(grammar, call('{"name": "a", "x1": "<b"}'))
+    assert accepts(grammar, call('{"name": "a", "x1": "\\u003cb"}'))

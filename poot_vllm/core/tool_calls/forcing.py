@@ -24,6 +24,7 @@ poot generates the regex, so the user regex size limit does not apply;
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import TYPE_CHECKING, Any
 
@@ -187,6 +188,12 @@ def compile_tool_call_constraint(spec: str, limits: Limits = DEFAULT_LIMITS) -> 
                     raise  # the last depth, or no free-form value in the tools (a shallower one changes nothing)
         raise AssertionError("unreachable")
     except LimitExceeded as exc:
+        # Free-form values copied into every place that holds one can pass the budget even
+        # 1 container deep: as for response_format, a grammar with the free-form value as one
+        # rule per tool (bounded by schema_grammar's own rule; None past it or without any).
+        grammar = tool_call_grammar(spec, limits, free_form_rule=True)
+        if grammar is not None:
+            return grammar
         explained = largest_tool_parts(spec, limits)
         if not explained or getattr(exc, "what", None) is None:
             raise
@@ -212,14 +219,20 @@ def _build_call(spec: str, limits: Limits, codec: Codec, payload: dict, depths: 
     raise AssertionError("unreachable")
 
 
-def tool_call_grammar(spec: str, limits: Limits = DEFAULT_LIMITS) -> "Grammar | None":
+def tool_call_grammar(spec: str, limits: Limits = DEFAULT_LIMITS, free_form_rule: bool = False) -> "Grammar | None":
     """The forced reply as a grammar, for tools whose parameters are recursive
     (a ``TreeNode`` argument): ``root ::= prefix call (separator call)* suffix``,
     ``call ::= head_1 args_1 tail | ...``; a recursive tool's arguments are its
     schema's grammar (``json_schema.recursive``, rules prefixed per tool), a
     plain tool's its regex as a node.  The codec's escapes hold in both.  None
     where a tool's schema takes the unrolled DFA (see ``schema_grammar``): the
-    caller then unrolls every tool, as before."""
+    caller then unrolls every tool, as before.
+
+    With ``free_form_rule`` (the call's DFA passed the budget), a tool with
+    free-form values takes the grammar too, the free-form value one rule; the
+    tools share ``schema_grammar``'s bound (each gets its share of
+    ``max_automaton_bytes``).  None where no tool has free-form values or one
+    passes its share."""
     from poot_vllm.core.grammar.gbnf import Alternation, Grammar, Literal, Repeat, Rule, RuleRef, Sequence
     from poot_vllm.core.grammar.rule_automata import rule_automata
     from poot_vllm.core.json_schema.placeholders import NeedsUnrolling
@@ -229,10 +242,18 @@ def tool_call_grammar(spec: str, limits: Limits = DEFAULT_LIMITS) -> "Grammar | 
     codec = _forcing_codec(payload)
     rules: list[Rule] = []
     calls = []
+    share = dataclasses.replace(limits, max_automaton_bytes=limits.max_automaton_bytes // len(payload["tools"]))
     for i, tool in enumerate(payload["tools"]):
         name, parameters = _checked_name(codec, tool["name"]), tool.get("parameters")
         try:
-            if isinstance(parameters, dict) and cyclic_targets(parameters):
+            grammar = None
+            if free_form_rule and isinstance(parameters, dict) and not cyclic_targets(parameters):
+                grammar = schema_grammar(parameters, share, codec.escaped_in_arguments, free_form_rule=True)
+            if grammar is not None:
+                prefix = f"t{i}-"
+                rules += renamed(grammar, prefix)
+                args = RuleRef(prefix + grammar.root)
+            elif isinstance(parameters, dict) and cyclic_targets(parameters):
                 grammar = schema_grammar(parameters, limits, codec.escaped_in_arguments)
                 if grammar is None:
                     return None
@@ -247,6 +268,8 @@ def tool_call_grammar(spec: str, limits: Limits = DEFAULT_LIMITS) -> "Grammar | 
             exc.message = f"tool {name!r}: {exc.message}"  # which tool's schema, for the 400
             raise
         calls.append(Sequence((Literal(codec.call_head(name)), args, Literal(codec.call_tail))))
+    if free_form_rule and not rules:
+        return None  # no tool has free-form values: the DFA path's 400 stands
     call = calls[0] if len(calls) == 1 else Alternation(tuple(calls))
     rules.append(Rule("call", call))
     items = [Literal(codec.prefix), RuleRef("call")]
