@@ -61,7 +61,10 @@ def compile_json_schema(schema: "dict | bool | str", limits: Limits = DEFAULT_LI
 
     A recursive schema (a ``$ref`` target that reaches itself) is a grammar,
     each cyclic target one rule, exact at any depth (json_schema.recursive);
-    where that cannot be written, and for every other schema, a DFA.  The
+    where that cannot be written, and for every other schema, a DFA; where the
+    DFA passes ``max_automaton_bytes`` because of its free-form values, a
+    grammar with the free-form value as one rule (within that path's own
+    bound; docs/json-schema.md "Free-form values as a rule").  The
     generated regex is bounded by ``max_schema_regex_bytes`` while it is
     built, so the user-regex limit ``max_regex_bytes`` does not apply to it.
     An automaton over ``max_automaton_bytes`` is refused naming the schema
