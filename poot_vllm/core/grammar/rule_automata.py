@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from poot_vllm.core.automata.build import first_of_equal
+from poot_vllm.core.automata.build import first_of_equal, hopcroft, row_ids
 from poot_vllm.core.automata.utf8 import DONE, codepoint_automaton
 from poot_vllm.core.grammar.gbnf import (Alternation, ByteAutomaton, CharClass, Grammar, Literal, Node, Repeat, RuleRef,
                                          Sequence, cycle_node, reachable_rules)
@@ -213,7 +213,8 @@ def _build(grammar: Grammar) -> "RuleAutomata | None":
     # Per-rule subset construction; calls are symbols like bytes.
     offsets: dict[str, int] = {}
     states: list[frozenset[int]] = []
-    byte_rows: list[dict[int, int]] = []
+    byte_rows: list[list[tuple[int, int, int]]] = []  # per state: (first byte, last byte, next state)
+    closed: dict[frozenset[int], frozenset[int]] = {}  # NFA target set -> its closure
     call_rows: list[list[tuple[str, int]]] = []
     accepting: list[bool] = []
     for name in names:
@@ -223,42 +224,51 @@ def _build(grammar: Grammar) -> "RuleAutomata | None":
         first = nfa.closure([entry])
         index[first] = len(states)
         states.append(first)
-        byte_rows.append({})
+        byte_rows.append([])
         call_rows.append([])
         accepting.append(exit_ in first)
         k = offsets[name]
         while k < len(states):
             current = states[k]
-            by_byte: dict[int, set[int]] = {}
+            edges: list[tuple[int, int, int]] = []
             by_call: dict[str, set[int]] = {}
             for n in current:
-                for lo, hi, t in nfa.edges[n]:
-                    for b in range(lo, hi + 1):
-                        by_byte.setdefault(b, set()).add(t)
+                edges.extend(nfa.edges[n])
                 for callee, t in nfa.calls[n]:
                     by_call.setdefault(callee, set()).add(t)
-            for symbol_map, is_byte in ((by_byte, True), (by_call, False)):
-                for symbol, targets in symbol_map.items():
-                    target = nfa.closure(targets)
-                    j = index.get(target)
-                    if j is None:
-                        if len(states) >= MAX_BUILT_STATES:
-                            raise _TooLarge
-                        j = index[target] = len(states)
-                        states.append(target)
-                        byte_rows.append({})
-                        call_rows.append([])
-                        accepting.append(exit_ in target)
-                    if is_byte:
-                        byte_rows[k][symbol] = j
-                    else:
-                        call_rows[k].append((symbol, j))
+            # Bytes by interval, not one by one: the edges' ends cut 0..255 into intervals
+            # whose bytes all reach the same NFA states (a JSON string character's class
+            # spans ~220 bytes), and each distinct target set is closed once per build.
+            moves: list[tuple[int, int, frozenset[int]]] = []
+            if edges:
+                cuts = sorted({lo for lo, _, _ in edges} | {hi + 1 for _, hi, _ in edges})
+                for a, b in zip(cuts, cuts[1:]):
+                    hit = frozenset(t for lo, hi, t in edges if lo <= a and b - 1 <= hi)
+                    if hit:
+                        moves.append((a, b - 1, hit))
+            for lo_or_callee, hi, targets in [*moves, *((c, None, frozenset(t)) for c, t in by_call.items())]:
+                target = closed.get(targets)
+                if target is None:
+                    target = closed[targets] = nfa.closure(targets)
+                j = index.get(target)
+                if j is None:
+                    if len(states) >= MAX_BUILT_STATES:
+                        raise _TooLarge
+                    j = index[target] = len(states)
+                    states.append(target)
+                    byte_rows.append([])
+                    call_rows.append([])
+                    accepting.append(exit_ in target)
+                if hi is not None:
+                    byte_rows[k].append((lo_or_callee, hi, j))
+                else:
+                    call_rows[k].append((lo_or_callee, j))
             k += 1
     n = len(states)
     byte_next = np.full((n, 256), -1, dtype=np.int32)
     for g, row in enumerate(byte_rows):
-        if row:
-            byte_next[g, list(row)] = list(row.values())
+        for lo, hi, j in row:
+            byte_next[g, lo:hi + 1] = j
     byte_next, call_rows, accepting, offsets = _minimized(byte_next, call_rows, accepting, offsets)
     n = len(accepting)
     if n > MAX_STATES:
@@ -289,9 +299,10 @@ def _build(grammar: Grammar) -> "RuleAutomata | None":
 
 
 def _minimized(byte_next: np.ndarray, call_rows: list, accepting: list, offsets: dict[str, int]) -> tuple:
-    """The same model with equivalent states merged (Moore's partition refinement:
-    same acceptance, same class after every byte, same return class after every
-    callee).  Subset construction keeps one state per set of NFA positions, and
+    """The same model with equivalent states merged (the coarsest partition with
+    the same acceptance, the same class after every byte and the same return
+    class after every callee: Hopcroft's splitting, the callees' returns as more
+    columns).  Subset construction keeps one state per set of NFA positions, and
     a schema's alternatives (keys, value kinds) reach the same future through
     many sets: merging them halves to thirds the states the masks are computed
     for.  The classes are numbered in order of first appearance, so a model's
@@ -306,16 +317,12 @@ def _minimized(byte_next: np.ndarray, call_rows: list, accepting: list, offsets:
     # bytes every state treats alike need one column (JSON grammars: a few dozen of 256)
     columns = byte_next[:, first_of_equal(byte_next.T)]
     targets = np.hstack([call_ret, columns])
-    # classes numbered 0..count-1 from the start (all accepting: one class, 0)
-    cls = np.unique(np.asarray(accepting, dtype=np.int64), return_inverse=True)[1].astype(np.int64).ravel()
-    count = len(set(accepting))
-    while True:
-        sig = np.column_stack([cls, np.where(targets >= 0, cls[np.maximum(targets, 0)], -1)]).astype(np.int32)
-        rows = np.ascontiguousarray(sig).view(np.dtype((np.void, sig.shape[1] * 4))).ravel()
-        _, first, inverse = np.unique(rows, return_index=True, return_inverse=True)
-        if len(first) == count:
-            break
-        cls, count = inverse.astype(np.int64).ravel(), len(first)
+    # Hopcroft's splitting (the DFA builder's numba kernel) with the callees' return states as
+    # more columns: Moore's rounds were one np.unique of the whole signature each, ~200 of them
+    # for a schema with a 190-character string (most of a grammar's model build).
+    blocks = np.asarray(hopcroft(targets.astype(np.int32), np.asarray(accepting, dtype=bool)), dtype=np.int64)
+    cls = row_ids(blocks[:, None])
+    count = int(cls.max()) + 1 if n else 0
     if count == n:
         return byte_next, call_rows, accepting, offsets
     # renumber by first appearance; a representative per class

@@ -35,6 +35,7 @@ import numpy as np
 from poot_vllm.core.errors import EmptyLanguage, PootError
 from poot_vllm.core.grammar.gbnf import (Alternation, ByteAutomaton, CharClass, Grammar, Literal, Node, Repeat, Rule,
                                          RuleRef, Sequence)
+from poot_vllm.core.automata.build import POSITION_BYTES
 from poot_vllm.core.automata.residues import marker_step
 from poot_vllm.core.json_schema.placeholders import PLACEHOLDER_BASE, PLACEHOLDER_END, NeedsUnrolling
 from poot_vllm.core.limits import DEFAULT_LIMITS, Limits
@@ -83,10 +84,12 @@ def schema_grammar(schema: "dict | bool | str", limits: Limits = DEFAULT_LIMITS,
 
 
 #: The free-form fallback's bound: the rules' regex positions, each charged this many bytes of
-#: ``max_automaton_bytes`` (8,192 positions by default).  The rule automata are built by a
-#: Python subset construction (~0.15 ms a position: ~1 s at the bound); past it the schema
-#: stays the DFA path's 400.
-FREE_FORM_RULE_POSITION_BYTES = 32
+#: ``max_automaton_bytes`` (twice what the DFA builder charges an NFA position: 8,192 positions
+#: by default).  Past it the schema stays the DFA path's 400.  Why not larger: the rule model
+#: builds in well under a second even at 16,384 positions, but a grammar of ~6,000 rule states
+#: passes the per-state mask precomputation's bound at 128k tokens (rule_masks), and its masks
+#: then come from xgrammar's matcher at ~50 ms a step inside strings.
+FREE_FORM_RULE_POSITION_BYTES = 2 * POSITION_BYTES
 
 
 def _small_enough(top: str, compiler: Any, limits: Limits) -> bool:
