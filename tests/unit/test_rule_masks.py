@@ -271,6 +271,38 @@ def test_masks_equal_xgrammars_on_real_vocabularies(real_vocab, name):
             assert accepts(out.decode()), out
 
 
+_FREE_FORM_IDS = ("Github_hard/o64686", "JsonSchemaStore/meta-runtime")
+
+
+def test_free_form_rule_grammars_get_poots_own_masks_on_real_vocabularies(real_vocab):
+    """The free-form fallback's bound (json_schema.recursive.FREE_FORM_RULE_POSITION_BYTES) keeps
+    its grammars small enough for poot's per-state masks at 32k and 128k tokens: past them a
+    grammar steps on xgrammar's matcher, ~50 ms a step inside strings at 128k."""
+    import json
+
+    from poot_vllm.core.grammar.gbnf import Grammar
+    from poot_vllm.core.json_schema import compile_json_schema
+    from poot_vllm.core.matchers.pushdown import compile_pushdown
+    from tests.bench_data import require_bench
+    from tests.unit.test_json_recursive import WIDE_ANY
+
+    schemas = [WIDE_ANY, {"type": "object", "required": ["id"], "additionalProperties": False,
+                          "properties": {"id": {"type": "string", "maxLength": 12},
+                                         **{f"field_{i}": {} for i in range(8)}}}]
+    for subset in {i.split("/")[0] for i in _FREE_FORM_IDS}:
+        for line in require_bench("jsonschemabench", f"{subset}.jsonl").read_text().splitlines():
+            item = json.loads(line)
+            if item["id"] in _FREE_FORM_IDS:
+                schemas.append(item["schema"])
+    assert len(schemas) == 2 + len(_FREE_FORM_IDS)
+    for schema in schemas:
+        grammar = compile_json_schema(schema)
+        assert isinstance(grammar, Grammar)
+        compiled = compile_pushdown(grammar, real_vocab)
+        assert compiled.rules is not None and compiled.rules.has_masks
+        assert isinstance(compiled.new_matcher(), RuleMatcher)
+
+
 # ------------------------------------------------ random grammars (property)
 
 from hypothesis import HealthCheck, given, settings  # noqa: E402
