@@ -373,15 +373,16 @@ class SchemaCompiler:
         if depth is None:
             depth = self.free_form
         if depth not in self._any_cache:
-            scalars = [self.string, NUMBER, "true", "false", "null"]
-            if depth > 0:
-                inner = self.any_value(depth - 1)
-                scalars = [
-                    f"\\[{counted_list(inner, 0, None, self.comma)}\\]",
-                    self.free_object(inner),
-                ] + scalars
-            self._any_cache[depth] = self.check(_alternation(scalars), "")
+            self._any_cache[depth] = self._any_of(self.any_value(depth - 1) if depth > 0 else None)
         return self._any_cache[depth]
+
+    def _any_of(self, inner: "str | None") -> str:
+        """A JSON scalar, or (with ``inner``) an array of ``inner`` items or a free-form object
+        whose value is ``inner``."""
+        values = [self.string, NUMBER, "true", "false", "null"]
+        if inner is not None:
+            values = [f"\\[{counted_list(inner, 0, None, self.comma)}\\]", self.free_object(inner)] + values
+        return self.check(_alternation(values), "")
 
     def _free_form_rule(self) -> str:
         """Rules mode with ``free_form_rule``: any JSON value as one grammar rule that calls
@@ -393,10 +394,7 @@ class SchemaCompiler:
         entry = self.rules.get(FREE_FORM_RULE)
         if entry is None:
             entry = self.rules[FREE_FORM_RULE] = [rule_placeholder(len(self.rules)), None]
-            inner = entry[0]
-            entry[1] = self.check(_alternation([f"\\[{counted_list(inner, 0, None, self.comma)}\\]",
-                                                self.free_object(inner), self.string, NUMBER, "true", "false",
-                                                "null"]), "")
+            entry[1] = self._any_of(entry[0])  # containers call the rule itself
         return entry[0]
 
     def free_object(self, inner: str) -> str:

@@ -69,12 +69,13 @@ def schema_grammar(schema: "dict | bool | str", limits: Limits = DEFAULT_LIMITS,
         top, compiler = compile_schema_rules(root, limits, escaped, free_form_rule)
         if not compiler.rules:
             return None  # no free-form value and no recursion: a DFA or nothing
-        if free_form_rule and not _small_enough(top, compiler, limits):
+        trees = [parse(top)] + [parse(body) for _, body in compiler.rules.values()]
+        if free_form_rule and not _small_enough(trees, limits):
             return None
         names = {entry[0]: f"ref{k}" for k, entry in enumerate(compiler.rules.values())}
         convert = _Converter(names, limits)
-        rules = [Rule("root", convert.node(parse(top)))]
-        rules += [Rule(names[ph], convert.node(parse(body))) for ph, body in compiler.rules.values()]
+        rules = [Rule("root", convert.node(trees[0]))]
+        rules += [Rule(names[ph], convert.node(tree)) for (ph, _), tree in zip(compiler.rules.values(), trees[1:])]
         grammar = Grammar(tuple(rules), "root")
     except (NeedsUnrolling, PootError, RecursionError, _Empty):
         return None
@@ -92,15 +93,13 @@ def schema_grammar(schema: "dict | bool | str", limits: Limits = DEFAULT_LIMITS,
 FREE_FORM_RULE_POSITION_BYTES = 2 * POSITION_BYTES
 
 
-def _small_enough(top: str, compiler: Any, limits: Limits) -> bool:
-    """Whether a non-recursive schema's rules (free-form values as one rule) are cheap to model:
-    no lookaround (embedding one checks its confinement by automaton products, seconds on a
-    large schema) and at most ``max_automaton_bytes / FREE_FORM_RULE_POSITION_BYTES`` positions."""
-    from poot_vllm.core.regex.parser import parse
-
+def _small_enough(trees: "list[ast.Node]", limits: Limits) -> bool:
+    """Whether a non-recursive schema's parsed rule bodies (free-form values as one rule) are
+    cheap to model: no lookaround (embedding one checks its confinement by automaton products,
+    seconds on a large schema) and at most ``max_automaton_bytes /
+    FREE_FORM_RULE_POSITION_BYTES`` positions."""
     positions = 0
-    for body in [top] + [entry[1] for entry in compiler.rules.values()]:
-        tree = parse(body)
+    for tree in trees:
         if ast.has_look(tree):
             return False
         positions += ast.position_count(tree)
