@@ -81,6 +81,27 @@ def test_schema_and_backtracking_input_on_every_api_server(scale_out_server):
     assert scale_out_server.healthy()
 
 
+#: Eight free-form fields: a grammar with the free-form value as one rule (the DFA passes the
+#: budget), compiled by each API server's check and again by the engine.
+FREE_FORM = {"type": "object", "required": ["id"], "additionalProperties": False,
+             "properties": {"id": {"type": "string", "maxLength": 12}, **{f"f{i}": {} for i in range(8)}}}
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
+def test_a_free_form_grammar_on_every_api_server(scale_out_server, stream):
+    for _ in range(ROUNDS // 2):
+        body = {"model": scale_out_server.model, "messages": [{"role": "user", "content": "hi"}],
+                "max_tokens": 200, "n": 2, "stream": stream,
+                "response_format": {"type": "json_schema", "json_schema": {"name": "f", "schema": FREE_FORM}}}
+        resp = _post(scale_out_server, "/chat/completions", body)
+        assert resp.status_code == 200, resp.text[:300]
+        texts = reply_texts(resp, "chat", stream)
+        assert len(texts) == 2
+        for text in texts:
+            jsonschema.validate(json.loads(text), FREE_FORM)
+    assert scale_out_server.healthy()
+
+
 @pytest.fixture(scope="module")
 def data_parallel_server(request):
     """Two engine cores behind one API server (vLLM's --data-parallel-size, CPU build).  Two engines
