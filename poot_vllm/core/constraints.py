@@ -35,6 +35,11 @@ class Constraint:
     kind: Kind
     spec: str  # regex text, JSON list of choices, GBNF or Lark text, schema JSON text, "" for json_object
 
+    @property
+    def nbytes(self) -> int:
+        """What a cache key holding this constraint costs (its text, as ``cache.approx_nbytes`` counts)."""
+        return 56 + 49 + len(self.spec) + 64
+
 
 def _utf8_len(text: str) -> int:
     return len(text.encode("utf-8", "surrogatepass"))

@@ -312,22 +312,77 @@ def reach_within(trans: np.ndarray, left: np.ndarray) -> np.ndarray:
     """Bytes to spare per state: ``left[s]`` seeds (``-1``: none), and a state
     gets ``left[t] - 1`` from each successor ``t`` (max over paths), so
     ``result >= 0`` marks the states within ``left`` bytes of a seed.
-    Vectorised over the distinct edges; at most ``max(left)`` rounds."""
-    left = left.astype(np.int64).copy()
-    src, byte = np.nonzero(trans >= 0)
-    if not src.size or left.max() < 0:
-        return left
+    One numba pass by levels, highest first (each state settled once; the
+    vectorised rounds it replaces, one ``np.maximum.at`` per byte of the
+    longest token, cost ~2 ms per compile of a counted schema)."""
+    trans = np.ascontiguousarray(trans, dtype=np.int32).view()
+    trans.flags.writeable = False
+    out = np.maximum(np.asarray(left, dtype=np.int64), -1)
+    if not out.size or out.max() < 0:
+        return out
+    _reach_within(trans, out)
+    return out
+
+
+@_jit
+def _reach_within(trans, best):
     n = trans.shape[0]
-    pairs = np.unique(src.astype(np.int64) * n + trans[src, byte])
-    src, dst = pairs // n, pairs % n
-    for _ in range(int(left.max())):
-        offer = left[dst] - 1
-        new = left.copy()
-        np.maximum.at(new, src, offer)
-        if np.array_equal(new, left):
-            break
-        left = new
-    return left
+    # Predecessors (CSR), one per (state, successor) run of bytes.
+    pred_offsets = np.zeros(n + 1, dtype=np.int64)
+    for s in range(n):
+        last = -1
+        for b in range(256):
+            t = trans[s, b]
+            if t >= 0 and t != last:
+                pred_offsets[t + 1] += 1
+                last = t
+    for s in range(n):
+        pred_offsets[s + 1] += pred_offsets[s]
+    cursor = pred_offsets[:-1].copy()
+    preds = np.empty(pred_offsets[n], dtype=np.int32)
+    for s in range(n):
+        last = -1
+        for b in range(256):
+            t = trans[s, b]
+            if t >= 0 and t != last:
+                preds[cursor[t]] = s
+                cursor[t] += 1
+                last = t
+    top = 0
+    for s in range(n):
+        if best[s] > top:
+            top = best[s]
+    # Buckets by level (linked lists; an entry per improvement, at most n + edges).
+    cap = n + preds.shape[0] + 1
+    head = np.full(top + 1, -1, dtype=np.int64)
+    nxt = np.empty(cap, dtype=np.int64)
+    node = np.empty(cap, dtype=np.int32)
+    used = 0
+    for s in range(n):
+        if best[s] >= 0:
+            node[used] = s
+            nxt[used] = head[best[s]]
+            head[best[s]] = used
+            used += 1
+    done = np.zeros(n, dtype=np.bool_)
+    for level in range(top, -1, -1):
+        e = head[level]
+        while e >= 0:
+            s = node[e]
+            e = nxt[e]
+            if done[s] or best[s] != level:
+                continue
+            done[s] = True
+            if level == 0:
+                continue
+            for k in range(pred_offsets[s], pred_offsets[s + 1]):
+                p = preds[k]
+                if not done[p] and best[p] < level - 1:
+                    best[p] = level - 1
+                    node[used] = p
+                    nxt[used] = head[level - 1]
+                    head[level - 1] = used
+                    used += 1
 
 
 def states_near_increments(trans: np.ndarray, acts: np.ndarray, max_depth: int) -> np.ndarray:
@@ -343,12 +398,21 @@ def _states_to_walk(trans: np.ndarray, acts: np.ndarray, limit: np.ndarray, max_
     at most ``max_depth`` bytes with ``hi + 1`` of them inside the region)."""
     n = trans.shape[0]
     seed = np.full(n, -1, dtype=np.int64)
-    src, byte = np.nonzero(acts == ACT_SET1)
-    if src.size:
-        room = max_depth - (limit[trans[src, byte]].astype(np.int64) + 1)
-        np.maximum.at(seed, src, room)
+    _set1_room(trans, acts, limit, max_depth, seed)
     need = (limit > 0) | (reach_within(trans, seed) >= 0)
     return np.nonzero(need)[0].astype(np.int64)
+
+
+@_jit
+def _set1_room(trans, acts, limit, max_depth, seed):
+    """Per state, the most bytes a token may still read after entering a region
+    (``ACT_SET1``) and passing its bound: ``max_depth - (hi + 1)``, max over its entries."""
+    for s in range(trans.shape[0]):
+        for b in range(256):
+            if acts[s, b] == ACT_SET1:
+                room = max_depth - (np.int64(limit[trans[s, b]]) + 1)
+                if room > seed[s]:
+                    seed[s] = room
 
 
 def counter_tables(dfa) -> tuple[np.ndarray, np.ndarray]:

@@ -71,7 +71,7 @@ def _max_bytes() -> int:
 def key_of(constraint: Any, limits: Any) -> str:
     """The file name of a (constraint, limits) pair: a digest of everything the build depends on."""
     digest = hashlib.sha256()
-    for part in (FORMAT, constraint.kind.value, constraint.spec, repr(limits)):
+    for part in (FORMAT, constraint.kind.value, constraint.spec, getattr(limits, "text", None) or repr(limits)):
         digest.update(part.encode("utf-8", "surrogatepass"))
         digest.update(b"\0")
     return f"{FORMAT}-{digest.hexdigest()}{SUFFIX}"

@@ -192,3 +192,29 @@ def test_an_ambiguous_repetition_stays_expanded_on_its_own():
         label = "".join(rnd.choice("ab0-") for _ in range(rnd.randint(0, 22)))
         text = f'x{label}.com:"' + "q" * rnd.choice([0, 5, 3999, 4000, 4001]) + '"'
         assert dfa.matches(text.encode()) == bool(rx.fullmatch(text)), text
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 12).flatmap(lambda n: st.tuples(
+    st.just(n),
+    st.lists(st.tuples(st.integers(0, n - 1), st.integers(0, 255), st.integers(0, n - 1)), max_size=4 * n),
+    st.lists(st.integers(-1, 10), min_size=n, max_size=n))))
+def test_reach_within_is_the_most_bytes_to_spare_over_any_path(case):
+    """``counted_masks.reach_within`` (which states a token may carry into a
+    region past its bound: they get a guard walk) against its definition, a
+    fixpoint over paths: ``r[s] = max(left[s], max over successors t of r[t] - 1)``."""
+    from poot_vllm.core.counted_masks import reach_within
+
+    n, edges, left = case
+    trans = np.full((n, 256), -1, dtype=np.int32)
+    for s, b, t in edges:
+        trans[s, b] = t
+    want = list(left)
+    changed = True
+    while changed:
+        changed = False
+        for s in range(n):
+            for t in trans[s][trans[s] >= 0]:
+                if want[t] - 1 > want[s]:
+                    want[s], changed = want[t] - 1, True
+    assert reach_within(trans, np.array(left, dtype=np.int64)).tolist() == want
