@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from poot_vllm.core.jit import jit_kernel as _jit
 from poot_vllm.core.limits import env_switch
 
 logger = logging.getLogger("vllm.poot")
@@ -189,7 +190,7 @@ def _checked_dfa(arrays: dict[str, np.ndarray]) -> Any:
     if transitions.dtype != np.int32 or accepting.dtype != np.bool_ or start.shape != (1,):
         raise ValueError("unexpected array types")
     n = transitions.shape[0] if transitions.ndim == 2 else 0
-    if n == 0 or transitions.min() < -1 or transitions.max() >= n:
+    if n == 0 or transitions.shape[1] != 256 or not _in_table(_flat(transitions, np.int32), n):
         raise ValueError("transitions outside the table")
     actions = arrays.get("actions")
     limit = arrays.get("counter_limit")
@@ -198,13 +199,44 @@ def _checked_dfa(arrays: dict[str, np.ndarray]) -> Any:
     if actions is not None:
         if actions.dtype != np.int8 or limit.dtype != np.int32:
             raise ValueError("unexpected counter array types")
-        known = np.zeros(256, dtype=bool)
-        known[np.array([ACT_NONE, ACT_INC, ACT_SET1], dtype=np.int8).view(np.uint8)] = True
-        if not known[actions.view(np.uint8)].all() or limit.min(initial=0) < 0:
+        if not _known_actions(_flat(actions, np.int8), ACT_NONE, ACT_INC, ACT_SET1) or limit.min(initial=0) < 0:
             raise ValueError("counter actions or limits out of range")
     # DFA's own constructor checks the shapes and makes the arrays read-only.
     return DFA(transitions=transitions, accepting=accepting, start=int(start[0]), actions=actions,
                counter_limit=limit)
+
+
+def _flat(a: np.ndarray, dtype: Any) -> np.ndarray:
+    """``a`` as a read-only 1-D view (one kernel specialisation for every file)."""
+    flat = np.ascontiguousarray(a, dtype=dtype).reshape(-1)
+    flat.flags.writeable = False
+    return flat
+
+
+@_jit
+def _in_table(trans, n):
+    """Every transition is -1 or a state of the table (one pass, stops at the first
+    that is not: the numpy min and max were two passes, ~0.1 ms a compile)."""
+    for i in range(trans.shape[0]):
+        t = trans[i]
+        if t < -1 or t >= n:
+            return False
+    return True
+
+
+@_jit
+def _known_actions(actions, a, b, c):
+    for i in range(actions.shape[0]):
+        x = actions[i]
+        if x != a and x != b and x != c:
+            return False
+    return True
+
+
+def warm_up() -> None:
+    """The file checks' kernels, on a one-state table (called with the mask kernels' warm-up)."""
+    _in_table(_flat(np.full(256, -1, dtype=np.int32), np.int32), 1)
+    _known_actions(_flat(np.zeros(256, dtype=np.int8), np.int8), 0, 1, 2)
 
 
 def _note_written(size: int) -> None:

@@ -441,7 +441,10 @@ def warm_up() -> None:
     from poot_vllm.core.masks import _build_trie, _ToyDFA, _ToyVocab
     from poot_vllm.core.masks import warm_up as warm_up_masks
 
+    from poot_vllm.core.handoff import warm_up as warm_up_handoff
+
     warm_up_masks()
+    warm_up_handoff()  # the engine's checks of a DFA the API server handed over
     trans = np.full((3, 256), -1, dtype=np.int32)
     trans[0, 97] = 1
     trans[1, 97] = 2

@@ -123,7 +123,7 @@ def _published_file(handoff_dir: Path, constraint: Constraint) -> Path:
     return path
 
 
-@pytest.mark.parametrize("damage", ["truncated", "padded", "out-of-range", "bad-start", "bad-flag", "bad-action",
+@pytest.mark.parametrize("damage", ["truncated", "padded", "out-of-range", "negative", "bad-start", "bad-flag", "bad-action",
                                     "foreign"])
 def test_a_damaged_file_is_built_instead(handoff_dir, caplog, damage):
     constraint = regex_constraint("[0-9]{1,3}x", DEFAULT_LIMITS)
@@ -135,6 +135,9 @@ def test_a_damaged_file_is_built_instead(handoff_dir, caplog, damage):
         path.write_bytes(path.read_bytes() + b"\0" * 4)
     elif damage == "out-of-range":
         arrays["transitions"][0, ord("1")] = arrays["transitions"].shape[0] + 5
+        path.write_bytes(handoff.encode(arrays))
+    elif damage == "negative":  # the kernels index with it: only -1 (dead) may be below 0
+        arrays["transitions"][-1, 255] = -7
         path.write_bytes(handoff.encode(arrays))
     elif damage == "bad-start":
         arrays["start"] = np.array([arrays["transitions"].shape[0]])
