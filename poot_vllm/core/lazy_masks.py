@@ -642,9 +642,19 @@ def lazy_masks_enabled() -> bool:
 
 
 def _spelled_bytes(trie: TokenTrie, is_stop: np.ndarray) -> np.ndarray:
-    """bool (256,): the bytes some one-byte text token spells."""
+    """bool (256,): the bytes some one-byte text token spells (kept with the
+    trie for the last stop flags asked: ``masks.kernel_stops`` hands out one
+    array per stop set)."""
+    last = _spelled.get(trie)
+    if last is not None and last[0] is is_stop:
+        return last[1]
     ids, byte = _one_byte_tokens(trie)
-    return np.bincount(byte[~is_stop[ids]], minlength=256) > 0
+    got = np.bincount(byte[~is_stop[ids]], minlength=256) > 0
+    _spelled[trie] = (is_stop, got)
+    return got
+
+
+_spelled: "weakref.WeakKeyDictionary[TokenTrie, tuple[np.ndarray, np.ndarray]]" = weakref.WeakKeyDictionary()
 
 
 def _one_byte_tokens(trie: TokenTrie) -> tuple[np.ndarray, np.ndarray]:

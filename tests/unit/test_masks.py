@@ -284,3 +284,23 @@ def test_masks_on_llama3_vocabulary():
         assert opening == want | (set(vocab.stop_ids) if dfa.accepting[dfa.start] else set()), name
         if name.startswith("\\{"):
             assert all(vocab.token_bytes[t].startswith(b"{") for t in opening)
+
+
+def test_stop_flags_are_kept_per_stop_set_and_bounded(monkeypatch):
+    """``kernel_stops`` hands every compile of one stop set the same read-only
+    arrays, another stop set its own, and keeps a bounded number of sets (a
+    client picks stop ids per request)."""
+    from poot_vllm.core import masks
+    from poot_vllm.core.vocabulary import with_stop_ids
+
+    vocab = make_vocab([b"a", b"b", b"ab", None, None], {3}, 8)
+    trie = TokenTrie.build(vocab)
+    ids, flags = masks.kernel_stops(vocab, trie)
+    assert ids.tolist() == [3] and np.flatnonzero(flags).tolist() == [3] and not flags.flags.writeable
+    assert masks.kernel_stops(vocab, trie)[1] is flags
+    other = with_stop_ids(vocab, {3, 4})
+    assert masks.kernel_stops(other, trie)[0].tolist() == [3, 4]
+    monkeypatch.setattr(masks, "_STOP_SETS_PER_TRIE", 2)
+    for extra in range(5):
+        masks.kernel_stops(with_stop_ids(vocab, {3, extra}), trie)
+    assert len(masks._stops[trie]) <= 2
