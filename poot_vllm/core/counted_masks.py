@@ -34,6 +34,7 @@ import numpy as np
 
 from poot_vllm.core.automata.counters import ACT_INC, ACT_SET1
 from poot_vllm.core.jit import jit_kernel as _jit
+from poot_vllm.core.masks import NO_ACTIONS, _table_predecessors
 
 #: ``k`` of a token that is never allowed (a concrete check failed).
 NEVER = np.int32(1 << 30)
@@ -320,34 +321,14 @@ def reach_within(trans: np.ndarray, left: np.ndarray) -> np.ndarray:
     out = np.maximum(np.asarray(left, dtype=np.int64), -1)
     if not out.size or out.max() < 0:
         return out
-    _reach_within(trans, out)
+    _reach_within(trans, NO_ACTIONS, out)
     return out
 
 
 @_jit
-def _reach_within(trans, best):
+def _reach_within(trans, no_acts, best):
     n = trans.shape[0]
-    # Predecessors (CSR), one per (state, successor) run of bytes.
-    pred_offsets = np.zeros(n + 1, dtype=np.int64)
-    for s in range(n):
-        last = -1
-        for b in range(256):
-            t = trans[s, b]
-            if t >= 0 and t != last:
-                pred_offsets[t + 1] += 1
-                last = t
-    for s in range(n):
-        pred_offsets[s + 1] += pred_offsets[s]
-    cursor = pred_offsets[:-1].copy()
-    preds = np.empty(pred_offsets[n], dtype=np.int32)
-    for s in range(n):
-        last = -1
-        for b in range(256):
-            t = trans[s, b]
-            if t >= 0 and t != last:
-                preds[cursor[t]] = s
-                cursor[t] += 1
-                last = t
+    pred_offsets, preds = _table_predecessors(trans, no_acts, False)
     top = 0
     for s in range(n):
         if best[s] > top:

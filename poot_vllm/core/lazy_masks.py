@@ -75,8 +75,9 @@ from poot_vllm.core.automata.counters import ACT_INC, ACT_SET1
 from poot_vllm.core.counted_masks import (_NO_ROW, NEVER, NO_LIMIT, ROW_MEMO_BYTES, CounterRows, StateGuards, _guard_step,
                                           _guard_walk, _states_to_walk, clear_bits, counter_tables, state_guards)
 from poot_vllm.core.jit import jit_kernel as _jit
-from poot_vllm.core.masks import (UNREACHABLE, DFAMaskIndex, _set_bits, estimate_mask_work,
-                                  _read_only, kernel_stops, kernel_tables, live_byte_sums)
+from poot_vllm.core.masks import (NO_ACTIONS, UNREACHABLE, DFAMaskIndex, _backward_bfs, _read_only, _set_bits,
+                                  _table_predecessors, estimate_mask_work, kernel_stops, kernel_tables,
+                                  live_byte_sums)
 from poot_vllm.core.token_trie import TokenTrie
 
 
@@ -263,22 +264,37 @@ def _exit_walks(trans, members, exit_node, exit_local, n_exit, node_byte, node_d
     leads to: set its live non-stop tokens in ``row``."""
     for x in range(n_exit):
         first = exit_node[x]
-        d0 = node_depth[first]
-        stack[d0 - 1] = members[exit_local[x]]
-        i = first
-        end = node_end[first]
-        while i < end:
-            d = node_depth[i]
-            nxt = trans[stack[d - 1], node_byte[i]]
-            if nxt < 0:
-                i = node_end[i]
-                continue
-            stack[d] = nxt
+        stack[node_depth[first] - 1] = members[exit_local[x]]
+        _walk_subtree(trans, first, node_byte, node_depth, node_end, tok_offsets, tok_ids, is_stop, _NO_SCORE, 0,
+                      row, stack)
+
+
+#: ``_walk_subtree`` without a distance filter.
+_NO_SCORE = np.zeros(0, dtype=np.int32)
+_NO_SCORE.flags.writeable = False
+
+
+@_jit
+def _walk_subtree(trans, first, node_byte, node_depth, node_end, tok_offsets, tok_ids, is_stop, score, limit, row,
+                  stack):
+    """Set in ``row`` the live non-stop tokens of trie node ``first``'s subtree,
+    read from ``stack[depth(first) - 1]`` (set by the caller), whose end state
+    ``e`` has ``score[e] <= limit`` (an empty ``score``: every one)."""
+    i = first
+    end = node_end[first]
+    while i < end:
+        d = node_depth[i]
+        nxt = trans[stack[d - 1], node_byte[i]]
+        if nxt < 0:
+            i = node_end[i]
+            continue
+        stack[d] = nxt
+        if tok_offsets[i] < tok_offsets[i + 1] and (score.shape[0] == 0 or score[nxt] <= limit):
             for k in range(tok_offsets[i], tok_offsets[i + 1]):
                 t = tok_ids[k]
                 if not is_stop[t]:
                     row[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
-            i += 1
+        i += 1
 
 
 @_jit
@@ -540,23 +556,9 @@ def _walk_live_subtrees(trans, s, root_nodes, node_byte, node_depth, node_end, t
     stack[0] = s
     for b in range(256):
         first = root_nodes[b]
-        if first < 0 or trans[s, b] < 0:
-            continue
-        i = first
-        end = node_end[first]
-        while i < end:
-            d = node_depth[i]
-            nxt = trans[stack[d - 1], node_byte[i]]
-            if nxt < 0:
-                i = node_end[i]
-                continue
-            stack[d] = nxt
-            if tok_offsets[i] < tok_offsets[i + 1] and score[nxt] <= limit:
-                for k in range(tok_offsets[i], tok_offsets[i + 1]):
-                    t = tok_ids[k]
-                    if not is_stop[t]:
-                        row[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
-            i += 1
+        if first >= 0 and trans[s, b] >= 0:
+            _walk_subtree(trans, first, node_byte, node_depth, node_end, tok_offsets, tok_ids, is_stop, score, limit,
+                          row, stack)
 
 
 def root_children(trie: TokenTrie) -> np.ndarray:
@@ -724,63 +726,16 @@ def byte_distances(trans: np.ndarray, accepting: np.ndarray, stop_cost: int,
     (``UNREACHABLE`` where none): the token distance when every byte is a token.
     With a counted DFA's ``actions``, over the moves every counter value allows
     (``counters.without_increments``: no ``ACT_INC`` edge), without copying the table."""
-    acts = _NO_ACTIONS if actions is None else _read_only(actions, np.int8)
+    acts = NO_ACTIONS if actions is None else _read_only(actions, np.int8)
     return _byte_distances(_read_only(trans, np.int32), acts, actions is not None, _read_only(accepting, np.bool_),
                            np.int32(stop_cost), UNREACHABLE)
 
 
-_NO_ACTIONS = np.zeros((1, 256), dtype=np.int8)
-_NO_ACTIONS.flags.writeable = False
-
-
 @_jit
 def _byte_distances(trans, acts, counted, accepting, stop_cost, unreachable):
-    """:func:`byte_distances`' BFS backwards over the table itself (one edge
-    per (state, successor) run of bytes; repeats only cost a re-check)."""
-    n = trans.shape[0]
-    pred_offsets = np.zeros(n + 1, dtype=np.int64)
-    for s in range(n):
-        last = -1
-        for b in range(256):
-            t = trans[s, b]
-            if counted and acts[s, b] == ACT_INC:
-                continue
-            if t >= 0 and t != last:
-                pred_offsets[t + 1] += 1
-                last = t
-    for s in range(n):
-        pred_offsets[s + 1] += pred_offsets[s]
-    cursor = pred_offsets[:-1].copy()
-    preds = np.empty(pred_offsets[n], dtype=np.int32)
-    for s in range(n):
-        last = -1
-        for b in range(256):
-            t = trans[s, b]
-            if counted and acts[s, b] == ACT_INC:
-                continue
-            if t >= 0 and t != last:
-                preds[cursor[t]] = s
-                cursor[t] += 1
-                last = t
-    dist = np.full(n, unreachable, dtype=np.int32)
-    queue = np.empty(n, dtype=np.int32)
-    tail = 0
-    for s in range(n):
-        if accepting[s]:
-            dist[s] = stop_cost
-            queue[tail] = s
-            tail += 1
-    head = 0
-    while head < tail:
-        e = queue[head]
-        head += 1
-        for k in range(pred_offsets[e], pred_offsets[e + 1]):
-            p = preds[k]
-            if dist[p] == unreachable:
-                dist[p] = dist[e] + 1
-                queue[tail] = p
-                tail += 1
-    return dist
+    """:func:`byte_distances`' BFS backwards over the table itself."""
+    offsets, preds = _table_predecessors(trans, acts, counted)
+    return _backward_bfs(offsets, preds, accepting, stop_cost, unreachable)
 
 
 class PendingMasks:

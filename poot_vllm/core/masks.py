@@ -55,6 +55,8 @@ from typing import Any
 
 import numpy as np
 
+from poot_vllm.core.automata.counters import ACT_INC
+
 from poot_vllm.core.errors import LimitExceeded, UnsupportedConstruct
 from poot_vllm.core.token_trie import TokenTrie, _build_trie
 
@@ -323,6 +325,14 @@ def _token_distances(succ_offsets, succ_states, accepting, stop_cost, unreachabl
             e = succ_states[k]
             preds[cursor[e]] = s
             cursor[e] += 1
+    return _backward_bfs(pred_offsets, preds, accepting, stop_cost, unreachable)
+
+
+@_jit
+def _backward_bfs(pred_offsets, preds, accepting, stop_cost, unreachable):
+    """Edges to the fewest accepting-state hops (``stop_cost`` at an accepting
+    state), backwards over predecessors in CSR (``preds[pred_offsets[e]:pred_offsets[e + 1]]``)."""
+    n = accepting.shape[0]
     dist = np.full(n, unreachable, dtype=np.int32)
     queue = np.empty(n, dtype=np.int32)
     tail = 0
@@ -342,6 +352,40 @@ def _token_distances(succ_offsets, succ_states, accepting, stop_cost, unreachabl
                 queue[tail] = p
                 tail += 1
     return dist
+
+
+@_jit
+def _table_predecessors(trans, acts, counted):
+    """A DFA table's edges by target (CSR ``preds[offsets[t]:offsets[t + 1]]``), one
+    per (state, successor) run of bytes (repeats would only cost re-checks);
+    with ``counted``, no ``ACT_INC`` edge (``counters.without_increments``)."""
+    n = trans.shape[0]
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    for s in range(n):
+        last = -1
+        for b in range(256):
+            t = trans[s, b]
+            if t >= 0 and t != last and not (counted and acts[s, b] == ACT_INC):
+                offsets[t + 1] += 1
+                last = t
+    for s in range(n):
+        offsets[s + 1] += offsets[s]
+    cursor = offsets[:-1].copy()
+    preds = np.empty(offsets[n], dtype=np.int32)
+    for s in range(n):
+        last = -1
+        for b in range(256):
+            t = trans[s, b]
+            if t >= 0 and t != last and not (counted and acts[s, b] == ACT_INC):
+                preds[cursor[t]] = s
+                cursor[t] += 1
+                last = t
+    return offsets, preds
+
+
+#: ``_table_predecessors`` of a table without counter actions.
+NO_ACTIONS = np.zeros((1, 256), dtype=np.int8)
+NO_ACTIONS.flags.writeable = False
 
 
 def warm_up() -> None:
