@@ -34,7 +34,7 @@ import numpy as np
 
 from poot_vllm.core.automata.counters import ACT_INC, ACT_SET1
 from poot_vllm.core.jit import jit_kernel as _jit
-from poot_vllm.core.masks import NO_ACTIONS, _table_predecessors
+from poot_vllm.core.table_graph import NO_ACTIONS, table_predecessors
 
 #: ``k`` of a token that is never allowed (a concrete check failed).
 NEVER = np.int32(1 << 30)
@@ -328,7 +328,7 @@ def reach_within(trans: np.ndarray, left: np.ndarray) -> np.ndarray:
 @_jit
 def _reach_within(trans, no_acts, best):
     n = trans.shape[0]
-    pred_offsets, preds = _table_predecessors(trans, no_acts, False)
+    pred_offsets, preds = table_predecessors(trans, no_acts, False)
     top = 0
     for s in range(n):
         if best[s] > top:

@@ -75,9 +75,9 @@ from poot_vllm.core.automata.counters import ACT_INC, ACT_SET1
 from poot_vllm.core.counted_masks import (_NO_ROW, NEVER, NO_LIMIT, ROW_MEMO_BYTES, CounterRows, StateGuards, _guard_step,
                                           _guard_walk, _states_to_walk, clear_bits, counter_tables, state_guards)
 from poot_vllm.core.jit import jit_kernel as _jit
-from poot_vllm.core.masks import (NO_ACTIONS, UNREACHABLE, DFAMaskIndex, _backward_bfs, _read_only, _set_bits,
-                                  _table_predecessors, estimate_mask_work, kernel_stops, kernel_tables,
-                                  live_byte_sums)
+from poot_vllm.core.masks import (UNREACHABLE, DFAMaskIndex, _read_only, _set_bits, estimate_mask_work,
+                                  kernel_stops, kernel_tables, live_byte_sums)
+from poot_vllm.core.table_graph import NO_ACTIONS, backward_bfs, table_predecessors
 from poot_vllm.core.token_trie import TokenTrie
 
 
@@ -734,8 +734,8 @@ def byte_distances(trans: np.ndarray, accepting: np.ndarray, stop_cost: int,
 @_jit
 def _byte_distances(trans, acts, counted, accepting, stop_cost, unreachable):
     """:func:`byte_distances`' BFS backwards over the table itself."""
-    offsets, preds = _table_predecessors(trans, acts, counted)
-    return _backward_bfs(offsets, preds, accepting, stop_cost, unreachable)
+    offsets, preds = table_predecessors(trans, acts, counted)
+    return backward_bfs(offsets, preds, accepting, stop_cost, unreachable)
 
 
 class PendingMasks:

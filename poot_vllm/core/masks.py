@@ -55,12 +55,12 @@ from typing import Any
 
 import numpy as np
 
-from poot_vllm.core.automata.counters import ACT_INC
 
 from poot_vllm.core.errors import LimitExceeded, UnsupportedConstruct
 from poot_vllm.core.token_trie import TokenTrie, _build_trie
 
 from poot_vllm.core.jit import jit_kernel as _jit
+from poot_vllm.core.table_graph import backward_bfs
 
 #: ``min_tokens_to_accept`` of a state from which no token sequence completes.
 UNREACHABLE = np.int32(2**30)
@@ -325,67 +325,9 @@ def _token_distances(succ_offsets, succ_states, accepting, stop_cost, unreachabl
             e = succ_states[k]
             preds[cursor[e]] = s
             cursor[e] += 1
-    return _backward_bfs(pred_offsets, preds, accepting, stop_cost, unreachable)
+    return backward_bfs(pred_offsets, preds, accepting, stop_cost, unreachable)
 
 
-@_jit
-def _backward_bfs(pred_offsets, preds, accepting, stop_cost, unreachable):
-    """Edges to the fewest accepting-state hops (``stop_cost`` at an accepting
-    state), backwards over predecessors in CSR (``preds[pred_offsets[e]:pred_offsets[e + 1]]``)."""
-    n = accepting.shape[0]
-    dist = np.full(n, unreachable, dtype=np.int32)
-    queue = np.empty(n, dtype=np.int32)
-    tail = 0
-    for s in range(n):
-        if accepting[s]:
-            dist[s] = stop_cost
-            queue[tail] = s
-            tail += 1
-    head = 0
-    while head < tail:
-        e = queue[head]
-        head += 1
-        for k in range(pred_offsets[e], pred_offsets[e + 1]):
-            p = preds[k]
-            if dist[p] == unreachable:
-                dist[p] = dist[e] + 1
-                queue[tail] = p
-                tail += 1
-    return dist
-
-
-@_jit
-def _table_predecessors(trans, acts, counted):
-    """A DFA table's edges by target (CSR ``preds[offsets[t]:offsets[t + 1]]``), one
-    per (state, successor) run of bytes (repeats would only cost re-checks);
-    with ``counted``, no ``ACT_INC`` edge (``counters.without_increments``)."""
-    n = trans.shape[0]
-    offsets = np.zeros(n + 1, dtype=np.int64)
-    for s in range(n):
-        last = -1
-        for b in range(256):
-            t = trans[s, b]
-            if t >= 0 and t != last and not (counted and acts[s, b] == ACT_INC):
-                offsets[t + 1] += 1
-                last = t
-    for s in range(n):
-        offsets[s + 1] += offsets[s]
-    cursor = offsets[:-1].copy()
-    preds = np.empty(offsets[n], dtype=np.int32)
-    for s in range(n):
-        last = -1
-        for b in range(256):
-            t = trans[s, b]
-            if t >= 0 and t != last and not (counted and acts[s, b] == ACT_INC):
-                preds[cursor[t]] = s
-                cursor[t] += 1
-                last = t
-    return offsets, preds
-
-
-#: ``_table_predecessors`` of a table without counter actions.
-NO_ACTIONS = np.zeros((1, 256), dtype=np.int8)
-NO_ACTIONS.flags.writeable = False
 
 
 def warm_up() -> None:
