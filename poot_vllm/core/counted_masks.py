@@ -34,7 +34,7 @@ import numpy as np
 
 from poot_vllm.core.automata.counters import ACT_INC, ACT_SET1
 from poot_vllm.core.jit import jit_kernel as _jit
-from poot_vllm.core.table_graph import NO_ACTIONS, table_predecessors
+from poot_vllm.core.table_graph import NO_ACTIONS, read_only, table_predecessors
 
 #: ``k`` of a token that is never allowed (a concrete check failed).
 NEVER = np.int32(1 << 30)
@@ -290,16 +290,20 @@ def state_guards(toks: np.ndarray, ks: np.ndarray, hi: int) -> StateGuards:
     toks, ks = toks[~never], ks[~never]
     free_upto = int(NO_LIMIT)
     if toks.size:
-        # k is at most a token's length: as int16 the stable sort is a radix sort
-        # (a string-body state lists most of a 128k vocabulary: ~0.3 ms, not ~2).
-        neg = -ks
-        order = np.argsort(neg.astype(np.int16) if ks.max() < 2**15 else neg, kind="stable")
+        order = by_k_descending(ks)  # k is at most a token's length
         toks, ks = toks[order], ks[order]
         free_upto = hi - int(ks[0])
     out = (bad, toks, ks, -ks)
     for a in out:
         a.flags.writeable = False  # read-only like the full index's lists: the same kernel specialisations
     return StateGuards(*out, free_upto)
+
+
+def by_k_descending(ks: np.ndarray) -> np.ndarray:
+    """The stable order of ``ks`` descending: as int16 the stable sort is a radix
+    sort (a string-body state lists most of a 128k vocabulary: ~0.3 ms, not ~2)."""
+    neg = -ks
+    return np.argsort(neg.astype(np.int16) if ks.size and ks.max() < 2**15 else neg, kind="stable")
 
 
 def clear_bits(row: np.ndarray, tokens: np.ndarray) -> np.ndarray:
@@ -316,8 +320,7 @@ def reach_within(trans: np.ndarray, left: np.ndarray) -> np.ndarray:
     One numba pass by levels, highest first (each state settled once; the
     vectorised rounds it replaces, one ``np.maximum.at`` per byte of the
     longest token, cost ~2 ms per compile of a counted schema)."""
-    trans = np.ascontiguousarray(trans, dtype=np.int32).view()
-    trans.flags.writeable = False
+    trans = read_only(trans, np.int32)
     out = np.maximum(np.asarray(left, dtype=np.int64), -1)
     if not out.size or out.max() < 0:
         return out

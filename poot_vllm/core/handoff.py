@@ -38,6 +38,7 @@ import numpy as np
 
 from poot_vllm.core.jit import jit_kernel as _jit
 from poot_vllm.core.limits import env_switch
+from poot_vllm.core.table_graph import read_only
 
 logger = logging.getLogger("vllm.poot")
 
@@ -208,9 +209,7 @@ def _checked_dfa(arrays: dict[str, np.ndarray]) -> Any:
 
 def _flat(a: np.ndarray, dtype: Any) -> np.ndarray:
     """``a`` as a read-only 1-D view (one kernel specialisation for every file)."""
-    flat = np.ascontiguousarray(a, dtype=dtype).reshape(-1)
-    flat.flags.writeable = False
-    return flat
+    return read_only(a, dtype).reshape(-1)
 
 
 @_jit

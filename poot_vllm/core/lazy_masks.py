@@ -71,13 +71,15 @@ from typing import Any, Callable
 
 import numpy as np
 
-from poot_vllm.core.automata.counters import ACT_INC, ACT_SET1
-from poot_vllm.core.counted_masks import (_NO_ROW, NEVER, NO_LIMIT, ROW_MEMO_BYTES, CounterRows, StateGuards, _guard_step,
-                                          _guard_walk, _states_to_walk, clear_bits, counter_tables, state_guards)
+from poot_vllm.core.automata.counters import ACT_SET1
+from poot_vllm.core.counted_masks import (_NO_ROW, NEVER, NO_LIMIT, ROW_MEMO_BYTES, CounterRows, StateGuards,
+                                          _guard_step, _guard_walk, _states_to_walk, by_k_descending, clear_bits,
+                                          counter_tables, state_guards)
 from poot_vllm.core.jit import jit_kernel as _jit
-from poot_vllm.core.masks import (UNREACHABLE, DFAMaskIndex, _read_only, _set_bits, estimate_mask_work,
-                                  kernel_stops, kernel_tables, live_byte_sums)
+from poot_vllm.core.masks import (UNREACHABLE, DFAMaskIndex, _set_bits, estimate_mask_work, kernel_stops,
+                                  kernel_tables, live_byte_sums)
 from poot_vllm.core.table_graph import NO_ACTIONS, backward_bfs, table_predecessors
+from poot_vllm.core.table_graph import read_only as _read_only
 from poot_vllm.core.token_trie import TokenTrie
 
 
@@ -382,19 +384,13 @@ def _loop_guards(trie: TokenTrie, token_key: str, table: np.ndarray, tacts: np.n
         toks, ks = out_tok[:n], out_k[:n]
         text = ~is_stop[toks]
         toks, ks = toks[text], ks[text]
-        order = _by_k_descending(ks)
+        order = by_k_descending(ks)
         out = (toks[order], ks[order], *(e[:n_exit].copy() for e in exits))
         for a in out:
             a.flags.writeable = False
         return out
 
     return compiled_cache().get_or_build(("loop-guard", token_key, stop_key, table.shape[0], digest), build)
-
-
-def _by_k_descending(ks: np.ndarray) -> np.ndarray:
-    """The stable order of ``ks`` descending (as ``counted_masks.state_guards`` sorts)."""
-    neg = -ks
-    return np.argsort(neg.astype(np.int16) if ks.size and ks.max() < 2**15 else neg, kind="stable")
 
 
 @_jit
@@ -933,12 +929,12 @@ class PendingMasks:
         n = _exit_guard_walks(self.transitions, self.actions, self.limit, members, *exits, trie.node_byte,
                               trie.node_depth, trie.node_end, trie.tok_offsets, trie.tok_ids, self.is_stop,
                               out_tok, out_k, 0, *stacks, work, _NO_ROW)
-        order = _by_k_descending(out_k[:n])
+        order = by_k_descending(out_k[:n])
         ex_tok, ex_k = _read_only(out_tok[:n][order], np.int32), _read_only(out_k[:n][order], np.int32)
         total = inside_tok.size + n
         tok, k, bad = (np.empty(total, dtype=np.int32) for _ in range(3))
-        m, nb = _merge_guards(inside_tok, inside_k, ex_tok, ex_k, np.int32(self.limit[state]), tok, k, bad)
         hi = int(self.limit[state])
+        m, nb = _merge_guards(inside_tok, inside_k, ex_tok, ex_k, np.int32(hi), tok, k, bad)
         # Copies where the buffers are mostly unused (the never-fitting tokens are few, but not always).
         out = (bad[:nb].copy(), tok[:m] if 2 * m >= total else tok[:m].copy(), k[:m].copy(), -k[:m])
         for a in out:

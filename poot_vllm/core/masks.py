@@ -55,12 +55,11 @@ from typing import Any
 
 import numpy as np
 
-
 from poot_vllm.core.errors import LimitExceeded, UnsupportedConstruct
 from poot_vllm.core.token_trie import TokenTrie, _build_trie
 
 from poot_vllm.core.jit import jit_kernel as _jit
-from poot_vllm.core.table_graph import backward_bfs
+from poot_vllm.core.table_graph import backward_bfs, read_only as _read_only
 
 #: ``min_tokens_to_accept`` of a state from which no token sequence completes.
 UNREACHABLE = np.int32(2**30)
@@ -280,14 +279,6 @@ def _live_byte_sums(trans, weights, lead, weighted, read):
         weighted[s] = w
 
 
-def _read_only(a: np.ndarray, dtype: Any) -> np.ndarray:
-    """A C-contiguous read-only view: one numba specialisation per kernel, whoever
-    owns the array (read-only and writable arrays are distinct numba types)."""
-    view = np.ascontiguousarray(a, dtype=dtype).view()
-    view.flags.writeable = False
-    return view
-
-
 _NO_WEIGHTS = np.zeros(256, dtype=np.int64)
 _NO_WEIGHTS.flags.writeable = False
 
@@ -326,8 +317,6 @@ def _token_distances(succ_offsets, succ_states, accepting, stop_cost, unreachabl
             preds[cursor[e]] = s
             cursor[e] += 1
     return backward_bfs(pred_offsets, preds, accepting, stop_cost, unreachable)
-
-
 
 
 def warm_up() -> None:

@@ -8,10 +8,20 @@ dense ``(n, 256)`` int32 tables every automaton in poot uses.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from poot_vllm.core.automata.counters import ACT_INC
 from poot_vllm.core.jit import jit_kernel as _jit
+
+
+def read_only(a: np.ndarray, dtype: Any) -> np.ndarray:
+    """A C-contiguous read-only view: one numba specialisation per kernel, whoever
+    owns the array (read-only and writable arrays are distinct numba types)."""
+    view = np.ascontiguousarray(a, dtype=dtype).view()
+    view.flags.writeable = False
+    return view
 
 
 @_jit
