@@ -376,3 +376,34 @@ def test_warm_up_loads_every_kernel_a_first_grammar_reply_runs():
             "assert not missing, missing\n")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-2000:]
+
+
+def test_replies_whose_keys_fit_the_memo_are_not_walked_again():
+    """Masks a reply's stacks keep returning to stay remembered while the memo
+    has room for every key: replaying the same replies walks nothing.  (With
+    4-slot sets, a few keys hashed into one set evicted each other: random
+    bracket replies re-walked most of the keys they had stored.)"""
+    comp = compile_grammar(_BRACKETS, MEMO_VOCAB)
+    masks = comp.rules
+    masks._memo_rows, masks._memo = 64, None  # a small memo: conflicts show at a few dozen keys
+    walks = []
+    run_fill = masks._run_fill
+    masks._run_fill = lambda *a, **k: walks.append(1) or run_fill(*a, **k)
+    rng = random.Random(5)
+    replies = []
+    for _ in range(40):
+        m, ids = comp.new_matcher(), []
+        for _ in range(12):
+            allowed = [t for t in _allowed(m) if t != min(MEMO_VOCAB.stop_ids)]
+            ids.append(rng.choice(allowed))
+            assert m.accept_tokens(ids[-1:])
+        replies.append(ids)
+    first = len(walks)
+    assert 16 <= first <= 3 * masks._memo_rows // 4, first  # enough keys to collide, room for all of them
+    walks.clear()
+    for ids in replies:
+        m = comp.new_matcher()
+        for t in ids:
+            _allowed(m)
+            assert m.accept_tokens([t])
+    assert not walks, f"{len(walks)} of {first} masks walked again"

@@ -64,8 +64,11 @@ MAX_TABLE_STATES = 512
 MEMO_BYTES = 8 * 1024 * 1024
 #: ... and at most this many masks.
 MEMO_MAX_ROWS = 4096
-#: The memo is set-associative: a key's hash picks a set of this many slots.
-_MEMO_WAYS = 4
+#: The memo is set-associative: a key's hash picks a set of this many slots
+#: (4 let a few keys a reply keeps returning to evict each other: random
+#: bracket replies re-missed 2 of 3 keys they had stored; a probe reads only
+#: the set's tags, so wide sets cost little).
+_MEMO_WAYS = 16
 #: Frames a memo key may name (deeper reads are filled, not remembered).
 _MEMO_KEY = 62
 
@@ -461,13 +464,26 @@ def _fnv(h, x):
 
 
 @_jit
-def _memo_set(h, memo_keys):
-    """The first slot of the set a hash picks (after a finalising mix: FNV
-    alone leaves keys that differ in one small state number in one set)."""
+def _mix(h, length):
+    """A key's hash after a finalising mix (FNV alone leaves keys that differ
+    in one small state number in one set), its length mixed in."""
+    h = _fnv(h, length)
     h ^= h >> np.uint64(33)
     h *= np.uint64(0xFF51AFD7ED558CCD)
     h ^= h >> np.uint64(33)
+    return h
+
+
+@_jit
+def _memo_set(h, memo_keys):
+    """The first slot of the set a mixed hash (:func:`_mix`) picks."""
     return int(h % np.uint64((memo_keys.shape[0] - 1) // _MEMO_WAYS)) * _MEMO_WAYS
+
+
+@_jit
+def _tag(h):
+    """A slot's tag for a mixed hash: never 0 (an empty slot's)."""
+    return np.int64(h >> np.uint64(1)) | np.int64(1)
 
 
 @_jit
@@ -516,16 +532,20 @@ def _below(key, key_frame, n, top, fr_cum, fr_ret, dist):
 
 
 @_jit
-def _find(key, n, limit, h, memo_keys):
+def _find(key, n, limit, h, memo_keys, memo_tags):
     """The slot holding key ``key[1:n]`` (then ``limit`` unless it is
-    :data:`_NO_LIMIT_KEY`), ``h`` the FNV hash of ``key[1:n]``; or -1."""
+    :data:`_NO_LIMIT_KEY`), ``h`` the FNV hash of ``key[1:n]``; or -1.
+    Only slots whose tag matches (``memo_tags``: one small array, where the
+    keys' rows are scattered) have their key compared."""
     length = n
     if limit != _NO_LIMIT_KEY:
         h = _fnv(h, limit)
         length = n + 1
+    h = _mix(h, length)
     base = _memo_set(h, memo_keys)
+    tag = _tag(h)
     for s in range(base, base + _MEMO_WAYS):
-        if memo_keys[s, 0] != length:
+        if memo_tags[s] != tag or memo_keys[s, 0] != length:
             continue
         same = limit == _NO_LIMIT_KEY or memo_keys[s, n] == limit
         for k in range(1, n):
@@ -539,7 +559,7 @@ def _find(key, n, limit, h, memo_keys):
 
 @_jit
 def _memo_lookup(g, top, fr_ret, fr_parent, fr_cum, dist, passes, limit, memo_keys, memo_rows, memo_used, key_depth,
-                 key_frame, memo_cost, found, row):
+                 key_frame, memo_cost, found, memo_tags, row):
     """The remembered mask of the configuration ``(g, top)`` into ``row``: its
     slot, or -1.
 
@@ -552,7 +572,8 @@ def _memo_lookup(g, top, fr_ret, fr_parent, fr_cum, dist, passes, limit, memo_ke
     A budget mask (``limit`` given, else :data:`_NO_LIMIT_KEY`) sees each
     cost as its part above the prefix plus the distance of the frames below
     (:func:`_below`), so its key ends with ``limit`` minus that distance.
-    The memo is set-associative (:data:`_MEMO_WAYS` slots per set);
+    The memo is set-associative (:data:`_MEMO_WAYS` slots per set, each
+    with a tag in ``memo_tags``);
     ``memo_used`` holds each slot's last-use stamp, then the clock.  On a hit,
     ``found[0]`` is the remembered cost bound (:func:`_memo_store`) plus the
     distance below the prefix."""
@@ -567,7 +588,7 @@ def _memo_lookup(g, top, fr_ret, fr_parent, fr_cum, dist, passes, limit, memo_ke
         extra = _NO_LIMIT_KEY
         if limit != _NO_LIMIT_KEY:
             extra = limit - _below(key, key_frame, length, top, fr_cum, fr_ret, dist)
-        s = _find(key, length, extra, h, memo_keys)
+        s = _find(key, length, extra, h, memo_keys, memo_tags)
         if s >= 0:
             row[:] = memo_rows[s]
             found[0] = memo_cost[s] + _below(key, key_frame, length, top, fr_cum, fr_ret, dist)
@@ -579,7 +600,7 @@ def _memo_lookup(g, top, fr_ret, fr_parent, fr_cum, dist, passes, limit, memo_ke
 
 @_jit
 def _memo_store(top, fr_ret, fr_cum, dist, limit, memo_keys, memo_rows, memo_used, key_depth, key_frame, memo_cost,
-                cost, row, depth):
+                memo_tags, cost, row, depth):
     """Remember ``row``, the mask of the configuration whose stack
     :func:`_memo_lookup` last keyed (with the same ``limit``), read down to
     ``depth`` (-1: not at all) by its walk, and ``cost`` (a bound on the
@@ -602,12 +623,14 @@ def _memo_store(top, fr_ret, fr_cum, dist, limit, memo_keys, memo_rows, memo_use
         extra = limit - below
         h = _fnv(h, extra)
         length = n + 1
+    h = _mix(h, length)
     base = _memo_set(h, memo_keys)
     oldest = base
     for s in range(base, base + _MEMO_WAYS):
         if memo_used[s] < memo_used[oldest]:
             oldest = s
     memo_keys[oldest, 0] = length
+    memo_tags[oldest] = _tag(h)
     memo_keys[oldest, 1:n] = key[1:n]
     if length > n:
         memo_keys[oldest, n] = extra
@@ -941,7 +964,7 @@ class RuleMasks:
         if self._remembered(memo, seen, words):
             return seen[2]
         single = len(configs) == 1
-        keys, rows, used, key_depth, key_frame, memo_cost, found = memo[0]
+        keys, rows, used, key_depth, key_frame, memo_cost, found, tags = memo[0]
         dist = self.model.dist
         # The tables are shared by every reply of the grammar and vLLM may fill
         # from a thread pool: the lock is held across the (GIL-free) kernels.
@@ -949,7 +972,7 @@ class RuleMasks:
             if single:
                 ret, parent, cum = configs_state.frames  # the reply's frames
                 slot = _memo_lookup(g0, f0, ret, parent, cum, dist, self._passes, _NO_LIMIT_KEY,
-                                    keys, rows, used, key_depth, key_frame, memo_cost, found, words)
+                                    keys, rows, used, key_depth, key_frame, memo_cost, found, tags, words)
                 if slot >= 0:
                     bound = max(int(found[0]), self._row_cost[g0] + below)
                     configs_state.memo_slots[configs] = (slot, int(used[slot]), bound,
@@ -963,7 +986,7 @@ class RuleMasks:
             rows_cost = max(self._row_cost[cg] + (configs_state._cum[cf] if cf >= 0 else 0) for cg, cf in configs)
             if single:
                 slot = _memo_store(f0, ret, cum, dist, _NO_LIMIT_KEY, keys, rows, used, key_depth, key_frame,
-                                   memo_cost, returning, words, read)
+                                   memo_cost, tags, returning, words, read)
                 if slot >= 0:
                     below_key = returning - int(memo_cost[slot])  # the distance below the key's frames
                     configs_state.memo_slots[configs] = (slot, int(used[slot]), max(returning, rows_cost), below_key)
@@ -1087,8 +1110,9 @@ class RuleMasks:
         lookup's key), rows, last-use stamps (one more: the clock), and the
         depth and frame of each entry of the lookup's key.  A slot's stamp
         changes whenever its row does, so a reply's remembered ``(slot,
-        stamp)`` is valid while equal.  Then each slot's cost bound and the
-        lookup's found bound (:func:`_memo_lookup`)."""
+        stamp)`` is valid while equal.  Then each slot's cost bound, the
+        lookup's found bound (:func:`_memo_lookup`) and each slot's tag
+        (:func:`_find`; 0: empty)."""
         with self._memo_lock:
             if self._memo is None:
                 slots = self._memo_rows
@@ -1096,7 +1120,7 @@ class RuleMasks:
                                     np.zeros((slots, self.words), dtype=np.uint32),
                                     np.zeros(slots + 1, dtype=np.int64), np.zeros(_MEMO_KEY + 2, dtype=np.int32),
                                     np.zeros(_MEMO_KEY + 2, dtype=np.int32), np.zeros(slots, dtype=np.int64),
-                                    np.zeros(1, dtype=np.int64)) for _ in range(2))
+                                    np.zeros(1, dtype=np.int64), np.zeros(slots, dtype=np.int64)) for _ in range(2))
                 self._ret = (np.zeros((slots, self._ret_cap), dtype=np.int32),
                              np.zeros((slots, self._ret_cap), dtype=np.int32), np.full(slots, -1, dtype=np.int32))
             return self._memo
@@ -1131,14 +1155,14 @@ class RuleMasks:
             return
         if self._remembered(memo, configs_state.budget_slots.get((configs, limit)), words, 1):
             return
-        keys, rows, used, key_depth, key_frame, memo_cost, found = memo[1]
+        keys, rows, used, key_depth, key_frame, memo_cost, found, tags = memo[1]
         no_bnd = np.zeros(0, dtype=np.int32)
         with self._memo_lock:
             if single:
                 g0, f0 = configs[0]
                 ret, parent, cum = configs_state.frames
                 slot = _memo_lookup(g0, f0, ret, parent, cum, self.model.dist, self._passes, limit, keys, rows, used,
-                                    key_depth, key_frame, memo_cost, found, words)
+                                    key_depth, key_frame, memo_cost, found, tags, words)
                 if slot >= 0:
                     configs_state.budget_slots[(configs, limit)] = (slot, int(used[slot]))
                     return
@@ -1148,7 +1172,7 @@ class RuleMasks:
                 if rc == 0:
                     if single:
                         slot = _memo_store(f0, ret, cum, self.model.dist, limit, keys, rows, used, key_depth,
-                                           key_frame, memo_cost, 0, words, read)
+                                           key_frame, memo_cost, tags, 0, words, read)
                         if slot >= 0:
                             configs_state.budget_slots[(configs, limit)] = (slot, int(used[slot]))
                     return
@@ -1168,7 +1192,7 @@ class RuleMasks:
                 if rc == 0:
                     if single:
                         slot = _memo_store(f0, ret, cum, self.model.dist, limit, keys, rows, used, key_depth,
-                                           key_frame, memo_cost, 0, words, trk[2])
+                                           key_frame, memo_cost, tags, 0, words, trk[2])
                         if slot >= 0:
                             configs_state.budget_slots[(configs, limit)] = (slot, int(used[slot]))
                     return
