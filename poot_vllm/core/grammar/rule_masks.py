@@ -642,6 +642,32 @@ def _memo_store(top, fr_ret, fr_cum, dist, limit, memo_keys, memo_rows, memo_use
 
 
 @_jit
+def _memo_store_listed(top, fr_ret, fr_cum, dist, memo_keys, memo_rows, memo_used, key_depth, key_frame, memo_cost,
+                       memo_tags, cost, row, depth, ret_tok, ret_cost, ret_n, tok_list, tok_cost):
+    """:func:`_memo_store` of a grammar mask (no limit), and with its slot the
+    tokens its walk saw return (``tok_list``, their distances in ``tok_cost[0]``,
+    :func:`_note_cost`) less the distance below the key: the same for every
+    stack the key stands for (:meth:`RuleMasks._listed`).  Marked unlisted
+    (``ret_n`` -1) when there are more than a slot holds or none were recorded
+    (an empty ``tok_list``).  One call: a miss is on a step's path."""
+    slot = _memo_store(top, fr_ret, fr_cum, dist, _NO_LIMIT_KEY, memo_keys, memo_rows, memo_used, key_depth,
+                       key_frame, memo_cost, memo_tags, cost, row, depth)
+    if slot < 0:
+        return slot
+    if tok_list.shape[0] == 0 or tok_list[0] > ret_tok.shape[1]:
+        ret_n[slot] = -1
+        return slot
+    below_key = cost - memo_cost[slot]
+    n = tok_list[0]
+    for k in range(n):
+        t = tok_list[k + 1]
+        ret_tok[slot, k] = t
+        ret_cost[slot, k] = tok_cost[0, t] - below_key
+    ret_n[slot] = n
+    return slot
+
+
+@_jit
 def _set_tokens(words, toks):
     """Set the bits of ``toks``."""
     for t in toks:
@@ -768,7 +794,7 @@ class RuleMasks:
         sets = max(1, min(MEMO_MAX_ROWS, MEMO_BYTES // (4 * self.words)) // _MEMO_WAYS)
         self._memo_rows = _MEMO_WAYS * (1 << (sets.bit_length() - 1))  # a power of two of sets
         self._memo_lock = threading.Lock()
-        #: returning tokens listed per grammar memo slot (see :meth:`_list_returns`)
+        #: returning tokens listed per grammar memo slot (see :func:`_memo_store_listed`)
         self._ret_cap = max(64, min(RETURN_LIST, 2 * self.words))
         self._ret: "tuple | None" = None
         if precompute:
@@ -985,27 +1011,13 @@ class RuleMasks:
             returning = int(counts[2])  # the costliest configuration a returning token ends in
             rows_cost = max(self._row_cost[cg] + (configs_state._cum[cf] if cf >= 0 else 0) for cg, cf in configs)
             if single:
-                slot = _memo_store(f0, ret, cum, dist, _NO_LIMIT_KEY, keys, rows, used, key_depth, key_frame,
-                                   memo_cost, tags, returning, words, read)
+                slot = _memo_store_listed(f0, ret, cum, dist, keys, rows, used, key_depth, key_frame, memo_cost,
+                                          tags, returning, words, read, *self._ret,
+                                          *((listed[0], listed[1]) if listed is not None else (_NO_LIST, _NO_COSTS)))
                 if slot >= 0:
                     below_key = returning - int(memo_cost[slot])  # the distance below the key's frames
                     configs_state.memo_slots[configs] = (slot, int(used[slot]), max(returning, rows_cost), below_key)
-                    self._list_returns(slot, listed, below_key)
         return max(returning, rows_cost)
-
-    def _list_returns(self, slot: int, listed: "list | None", below_key: int) -> None:
-        """Keep with memo slot ``slot`` the tokens its walk saw return and
-        their distances less ``below_key`` (the same for every stack the key
-        stands for), or mark it unlisted (too many, or not recorded)."""
-        ret_tok, ret_cost, ret_n = self._ret
-        if listed is None or listed[0][0] > ret_tok.shape[1]:
-            ret_n[slot] = -1
-            return
-        n = int(listed[0][0])
-        toks = listed[0][1:n + 1]
-        ret_tok[slot, :n] = toks
-        ret_cost[slot, :n] = listed[1][0, toks] - below_key
-        ret_n[slot] = n
 
     def _start_walk(self, configs_state: Configurations, configs: tuple[tuple[int, int], ...], nf: np.ndarray,
                     trk: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -1233,3 +1245,6 @@ def warm_up() -> None:
         after = configs.advance(configs.initial(), text)
         masks.fill(configs, after, row)
         masks.within(configs, after, 3, row)
+    # A budget mask whose grammar mask the reply did not remember (its own memo's store).
+    fresh = Configurations(model)
+    masks.within(fresh, fresh.advance(fresh.initial(), b"((x"), 3, row)
