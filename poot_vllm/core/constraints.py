@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from poot_vllm.core.cache import ByteCache
-from poot_vllm.core.errors import ConstraintSyntaxError, LimitExceeded, PootError
+from poot_vllm.core.errors import LimitExceeded, PootError
 from poot_vllm.core.limits import DEFAULT_LIMITS, Limits
 
 

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from poot_vllm.core.budget import ReplyDoesNotFit, check_reply_fits, engine_token_budget, shortest_dfa_reply, shortest_reply
 from poot_vllm.core.constraints import Constraint, Kind, compile_automaton
-from poot_vllm.core.masks import UNREACHABLE, DFAMaskIndex
+from poot_vllm.core.masks import DFAMaskIndex
 from tests.unit.mask_helpers import allowed_set, brute_min_tokens, make_vocab, random_dfa, random_vocab
 
 FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

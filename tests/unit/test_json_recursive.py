@@ -298,8 +298,7 @@ def test_a_lookahead_is_embedded_only_where_it_cannot_see_past_its_piece():
 
 
 def test_a_negated_recursive_reference_takes_the_unrolled_dfa():
-    schema = {"$defs": {"N": {"type": "object", "properties": {"n": {"$ref": "#/$defs/N"}}, "required": ["v"],
-                              "additionalProperties": False,
+    schema = {"$defs": {"N": {"type": "object", "required": ["v"], "additionalProperties": False,
                               "properties": {"v": {"type": "integer"}, "n": {"not": {"$ref": "#/$defs/N"}}}}},
               "$ref": "#/$defs/N"}
     assert isinstance(compile_json_schema(schema), DFA)

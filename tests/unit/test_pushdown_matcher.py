@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import random
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -22,7 +21,7 @@ import lark  # the oracle (a vLLM dependency): failing to import it fails these 
 
 from poot_vllm.core.grammar import parse_gbnf
 from poot_vllm.core.matchers.pushdown import compile_pushdown  # noqa: E402
-from poot_vllm.core.grammar.gbnf import Alternation, CharClass, Literal, Repeat, RuleRef, Sequence  # noqa: E402
+from poot_vllm.core.grammar.gbnf import Alternation, CharClass, Literal, RuleRef, Sequence  # noqa: E402
 from poot_vllm.core.vocabulary import TokenVocabulary  # noqa: E402
 
 from tests.bench_data import bench_path, needs_bench, require_bench

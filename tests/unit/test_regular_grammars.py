@@ -17,7 +17,6 @@ from poot_vllm.core.errors import LimitExceeded
 from poot_vllm.core.constraints import Constraint, Kind, check_mask_work, compile_automaton
 from poot_vllm.core.grammar import parse_gbnf
 from poot_vllm.core.grammar.gbnf import Grammar
-from poot_vllm.core.grammar.lark import parse_grammar
 from poot_vllm.core.grammar.regular import MAX_INLINED_POSITIONS, dependency_order, regular_dfa
 from poot_vllm.core.limits import DEFAULT_LIMITS, Limits
 

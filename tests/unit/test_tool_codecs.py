@@ -21,7 +21,6 @@ from poot_vllm.core.limits import Limits
 from poot_vllm.core.tool_calls import codec_for, get_codec, tool_call_spec
 from poot_vllm.core.automata.compilers import regex_escape, regex_to_dfa
 from poot_vllm.core.tool_calls.forcing import compile_tool_call_constraint, repeat_with_separator, tool_call_regex
-from poot_vllm.core.tool_calls.selection import codec_for_model_dir
 from poot_vllm.adapter.tool_forcing import tool_constraint_for
 from tests.helpers.tool_codecs import HERMES_TEXT, TEXT_CODECS, ToolCall, forced_spelling
 from tests.helpers.tool_streaming import ToolCallStream, assemble

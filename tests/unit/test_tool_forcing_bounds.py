@@ -7,7 +7,6 @@ import re
 
 import pytest
 
-from poot_vllm.core.automata.compilers import regex_to_dfa
 from poot_vllm.core.errors import LimitExceeded
 from poot_vllm.core.limits import Limits
 from poot_vllm.core.tool_calls.forcing import call_regex, compile_tool_call_constraint, tool_call_regex, tool_call_spec

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import functools
 
-from poot_vllm.core.grammar.gbnf import (Alternation, ByteAutomaton, CharClass, Grammar, Literal, Node, Repeat, RuleRef,
+from poot_vllm.core.grammar.gbnf import (Alternation, ByteAutomaton, CharClass, Grammar, Literal, Node, RuleRef,
                                          Sequence, reachable_rules)
 
 _CLASS_SPECIAL = set("[]\\-^")

@@ -879,7 +879,6 @@ def parse_lark(text: str, limits: Limits = DEFAULT_LIMITS) -> Grammar:
     ignore_nodes = list(p.ignores)
     for name in list(p.used_from_rules):
         if name in null:
-            rule = terminal_rules[name]
             shown = "a string or /regex/" if name.startswith("-") else f"terminal {name!r}"
             line, col = p.where(p.used_from_rules[name])
             raise UnsupportedConstruct(

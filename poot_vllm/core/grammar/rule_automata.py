@@ -28,7 +28,6 @@ import functools
 import threading
 import weakref
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
