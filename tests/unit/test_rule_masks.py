@@ -379,17 +379,19 @@ def test_warm_up_loads_every_kernel_a_first_grammar_reply_runs():
     assert run.returncode == 0, run.stderr[-2000:]
 
 
-def test_replies_whose_keys_fit_the_memo_are_not_walked_again():
+def test_replies_whose_keys_fit_the_memo_are_not_walked_again(monkeypatch):
     """Masks a reply's stacks keep returning to stay remembered while the memo
     has room for every key: replaying the same replies walks nothing.  (With
     4-slot sets, a few keys hashed into one set evicted each other: random
     bracket replies re-walked most of the keys they had stored.)"""
     comp = compile_grammar(_BRACKETS, MEMO_VOCAB)
-    masks = comp.rules
-    masks._memo_rows, masks._memo = 64, None  # a small memo: conflicts show at a few dozen keys
+    masks = comp.rules  # (shared through the compiled cache: monkeypatch restores it)
+    monkeypatch.setattr(masks, "_memo_rows", 64)  # a small memo: conflicts show at a few dozen keys
+    monkeypatch.setattr(masks, "_memo", None)
+    monkeypatch.setattr(masks, "_ret", None)  # (allocated with the memo, its slots with it)
     walks = []
     run_fill = masks._run_fill
-    masks._run_fill = lambda *a, **k: walks.append(1) or run_fill(*a, **k)
+    monkeypatch.setattr(masks, "_run_fill", lambda *a, **k: walks.append(1) or run_fill(*a, **k))
     rng = random.Random(5)
     replies = []
     for _ in range(40):
