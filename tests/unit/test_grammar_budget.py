@@ -449,7 +449,7 @@ def _check_budget_masks(name, comp, masks, rng, list_cap):
             masks.within(state, configs, limit, row)
             seen = state.memo_slots.get(configs)
             if seen is not None:
-                n = int(masks._ret[2][seen[0]])
+                n = int(masks._ret[1][seen[0]])
                 listed[n >= 0] += 1
                 assert list_cap is None or n <= 0  # no room: only masks without returning tokens are listed
             fits = {t for t, c in costs.items() if c is not None and c <= limit}

@@ -372,7 +372,7 @@ def test_warm_up_loads_every_kernel_a_first_grammar_reply_runs():
 
     code = ("from poot_vllm.core.grammar import rule_masks as m\n"
             "m.warm_up()\n"
-            "missing = [k.__name__ for k in (m._memo_lookup, m._fill, m._memo_store, m._memo_store_listed, m._walk_items)\n"
+            "missing = [k.__name__ for k in (m._memo_lookup, m._fill_packed, m._memo_store, m._walk_items)\n"
             "           if not k.signatures]\n"
             "assert not missing, missing\n")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)

@@ -488,6 +488,13 @@ class Configurations:
         #: (configurations, limit) -> (slot, stamp) of their budget mask (RuleMasks.within)
         self.budget_slots: dict[tuple, tuple[int, int]] = {}
 
+    @property
+    def arrays(self) -> np.ndarray:
+        """The frame arena as one (4, slots) int32 array (rows: return states,
+        parents, cumulative distances, heights; see :meth:`arena`): one kernel
+        argument instead of four."""
+        return self._arrays
+
     def initial(self) -> tuple[tuple[int, int], ...]:
         return ((self.m.start, -1),)
 

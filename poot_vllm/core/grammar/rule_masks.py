@@ -475,9 +475,9 @@ def _mix(h, length):
 
 
 @_jit
-def _memo_set(h, memo_keys):
+def _memo_set(h, slots):
     """The first slot of the set a mixed hash (:func:`_mix`) picks."""
-    return int(h % np.uint64((memo_keys.shape[0] - 1) // _MEMO_WAYS)) * _MEMO_WAYS
+    return int(h % np.uint64(slots // _MEMO_WAYS)) * _MEMO_WAYS
 
 
 @_jit
@@ -532,7 +532,7 @@ def _below(key, key_frame, n, top, fr_cum, fr_ret, dist):
 
 
 @_jit
-def _find(key, n, limit, h, memo_keys, memo_tags):
+def _find(key, n, limit, h, memo_keys, memo_tags, slots):
     """The slot holding key ``key[1:n]`` (then ``limit`` unless it is
     :data:`_NO_LIMIT_KEY`), ``h`` the FNV hash of ``key[1:n]``; or -1.
     Only slots whose tag matches (``memo_tags``: one small array, where the
@@ -542,7 +542,7 @@ def _find(key, n, limit, h, memo_keys, memo_tags):
         h = _fnv(h, limit)
         length = n + 1
     h = _mix(h, length)
-    base = _memo_set(h, memo_keys)
+    base = _memo_set(h, slots)
     tag = _tag(h)
     for s in range(base, base + _MEMO_WAYS):
         if memo_tags[s] != tag or memo_keys[s, 0] != length:
@@ -557,9 +557,24 @@ def _find(key, n, limit, h, memo_keys, memo_tags):
     return -1
 
 
+# A memo is three arrays (:meth:`RuleMasks._memo_tables`), so that a lookup --
+# on the step's path, with cold caches between steps -- pays numba's dispatch
+# for six array arguments, not fourteen (~0.15 us each, several times that
+# cold):
+#
+# * ``keys`` int32 (slots + 3, _MEMO_KEY + 2): each slot's key (its length in
+#   column 0), then the lookup's own key, the depth of each of its entries
+#   and the frame of each (:func:`_stack_key`);
+# * ``rows`` uint32 (slots, words): the masks;
+# * ``meta`` int64 (4, slots + 1): last-use stamps (then the clock), cost
+#   bounds, tags (0: empty), and in ``meta[3, 0]`` the lookup's found bound.
+#
+# The reply's frames are its arena (``Configurations.arrays``: return states,
+# parents, cumulative distances, heights) and the grammar's per-state tables
+# ``stt`` (distances, then 1 where a state only returns).
+
 @_jit
-def _memo_lookup(g, top, fr_ret, fr_parent, fr_cum, dist, passes, limit, memo_keys, memo_rows, memo_used, key_depth,
-                 key_frame, memo_cost, found, memo_tags, row):
+def _memo_lookup(g, top, fr, stt, limit, keys, rows, meta, row):
     """The remembered mask of the configuration ``(g, top)`` into ``row``: its
     slot, or -1.
 
@@ -568,46 +583,49 @@ def _memo_lookup(g, top, fr_ret, fr_parent, fr_cum, dist, passes, limit, memo_ke
     the ``d + 1`` top frames (:func:`_stack_key`): every stack that starts the
     same way has the same mask, across replies.  So a lookup tries each prefix
     of the stack, shortest first, up to :data:`_MEMO_KEY` frames; the longest
-    key it could match is left in ``memo_keys[-1]`` for :func:`_memo_store`.
+    key it could match is left in the memo for :func:`_memo_store`.
     A budget mask (``limit`` given, else :data:`_NO_LIMIT_KEY`) sees each
     cost as its part above the prefix plus the distance of the frames below
     (:func:`_below`), so its key ends with ``limit`` minus that distance.
     The memo is set-associative (:data:`_MEMO_WAYS` slots per set, each
-    with a tag in ``memo_tags``);
-    ``memo_used`` holds each slot's last-use stamp, then the clock.  On a hit,
-    ``found[0]`` is the remembered cost bound (:func:`_memo_store`) plus the
-    distance below the prefix."""
-    key = memo_keys[-1]
+    with a tag); a slot's last-use stamp is refreshed rarely, as replies
+    remember (slot, stamp) pairs.  On a hit, ``meta[3, 0]`` is the remembered
+    cost bound (:func:`_memo_store`) plus the distance below the prefix."""
+    slots = keys.shape[0] - 3
+    key, key_depth, key_frame = keys[slots], keys[slots + 1], keys[slots + 2]
+    fr_ret, fr_parent, fr_cum = fr[0], fr[1], fr[2]
+    dist, passes = stt[0], stt[1]
+    used, memo_cost, tags = meta[0], meta[1], meta[2]
     n = _stack_key(g, top, fr_ret, fr_parent, passes, key, key_depth, key_frame)
-    memo_used[-1] += 1
-    clock = memo_used[-1]
-    slots = memo_keys.shape[0] - 1
+    used[slots] += 1
+    clock = used[slots]
     h = _FNV_START
     for length in range(2, n + 1):
         h = _fnv(h, key[length - 1])
         extra = _NO_LIMIT_KEY
         if limit != _NO_LIMIT_KEY:
             extra = limit - _below(key, key_frame, length, top, fr_cum, fr_ret, dist)
-        s = _find(key, length, extra, h, memo_keys, memo_tags)
+        s = _find(key, length, extra, h, keys, tags, slots)
         if s >= 0:
-            row[:] = memo_rows[s]
-            found[0] = memo_cost[s] + _below(key, key_frame, length, top, fr_cum, fr_ret, dist)
-            if memo_used[s] < clock - slots:
-                memo_used[s] = clock  # (refreshed rarely: replies remember (slot, stamp) pairs)
+            row[:] = rows[s]
+            meta[3, 0] = memo_cost[s] + _below(key, key_frame, length, top, fr_cum, fr_ret, dist)
+            if used[s] < clock - slots:
+                used[s] = clock
             return s
     return -1
 
 
 @_jit
-def _memo_store(top, fr_ret, fr_cum, dist, limit, memo_keys, memo_rows, memo_used, key_depth, key_frame, memo_cost,
-                memo_tags, cost, row, depth):
+def _memo_store(top, fr, stt, limit, keys, rows, meta, cost, row, depth):
     """Remember ``row``, the mask of the configuration whose stack
     :func:`_memo_lookup` last keyed (with the same ``limit``), read down to
     ``depth`` (-1: not at all) by its walk, and ``cost`` (a bound on the
     costs the walk saw, less the distance below the key: the same for every
     stack the key stands for); replaces the set's least recently used slot.
     Returns the slot, or -1 when the key would be longer than a key holds."""
-    key = memo_keys[-1]
+    slots = keys.shape[0] - 3
+    key, key_depth, key_frame = keys[slots], keys[slots + 1], keys[slots + 2]
+    used, memo_cost, tags = meta[0], meta[1], meta[2]
     n = 2
     while n < key[0] and key_depth[n] <= depth:
         n += 1
@@ -618,53 +636,88 @@ def _memo_store(top, fr_ret, fr_cum, dist, limit, memo_keys, memo_rows, memo_use
         h = _fnv(h, key[k])
     length = n
     extra = _NO_LIMIT_KEY
-    below = _below(key, key_frame, n, top, fr_cum, fr_ret, dist)
+    below = _below(key, key_frame, n, top, fr[2], fr[0], stt[0])
     if limit != _NO_LIMIT_KEY:
         extra = limit - below
         h = _fnv(h, extra)
         length = n + 1
     h = _mix(h, length)
-    base = _memo_set(h, memo_keys)
+    base = _memo_set(h, slots)
     oldest = base
     for s in range(base, base + _MEMO_WAYS):
-        if memo_used[s] < memo_used[oldest]:
+        if used[s] < used[oldest]:
             oldest = s
-    memo_keys[oldest, 0] = length
-    memo_tags[oldest] = _tag(h)
-    memo_keys[oldest, 1:n] = key[1:n]
+    keys[oldest, 0] = length
+    tags[oldest] = _tag(h)
+    keys[oldest, 1:n] = key[1:n]
     if length > n:
-        memo_keys[oldest, n] = extra
-    memo_rows[oldest] = row
+        keys[oldest, n] = extra
+    rows[oldest] = row
     memo_cost[oldest] = cost - below
-    memo_used[-1] += 1
-    memo_used[oldest] = memo_used[-1]
+    used[slots] += 1
+    used[oldest] = used[slots]
     return oldest
 
 
 @_jit
-def _memo_store_listed(top, fr_ret, fr_cum, dist, memo_keys, memo_rows, memo_used, key_depth, key_frame, memo_cost,
-                       memo_tags, cost, row, depth, ret_tok, ret_cost, ret_n, tok_list, tok_cost):
+def _memo_store_listed(top, fr, stt, keys, rows, meta, cost, row, depth, ret, ret_n, tok_list, tok_cost):
     """:func:`_memo_store` of a grammar mask (no limit), and with its slot the
     tokens its walk saw return (``tok_list``, their distances in ``tok_cost[0]``,
     :func:`_note_cost`) less the distance below the key: the same for every
-    stack the key stands for (:meth:`RuleMasks._listed`).  Marked unlisted
-    (``ret_n`` -1) when there are more than a slot holds or none were recorded
-    (an empty ``tok_list``).  One call: a miss is on a step's path."""
-    slot = _memo_store(top, fr_ret, fr_cum, dist, _NO_LIMIT_KEY, memo_keys, memo_rows, memo_used, key_depth,
-                       key_frame, memo_cost, memo_tags, cost, row, depth)
+    stack the key stands for (:meth:`RuleMasks._listed`; ``ret[0]`` tokens,
+    ``ret[1]`` distances).  Marked unlisted (``ret_n`` -1) when there are
+    more than a slot holds or none were recorded (an empty ``tok_list``)."""
+    slot = _memo_store(top, fr, stt, _NO_LIMIT_KEY, keys, rows, meta, cost, row, depth)
     if slot < 0:
         return slot
-    if tok_list.shape[0] == 0 or tok_list[0] > ret_tok.shape[1]:
+    if tok_list.shape[0] == 0 or tok_list[0] > ret.shape[2] or slot >= ret.shape[1]:
         ret_n[slot] = -1
         return slot
-    below_key = cost - memo_cost[slot]
+    below_key = cost - meta[1, slot]
     n = tok_list[0]
     for k in range(n):
         t = tok_list[k + 1]
-        ret_tok[slot, k] = t
-        ret_cost[slot, k] = tok_cost[0, t] - below_key
+        ret[0, slot, k] = t
+        ret[1, slot, k] = tok_cost[0, t] - below_key
     ret_n[slot] = n
     return slot
+
+
+@_jit
+def _fill_packed(mode, limit, cfg, n_cfg, fr, stt, mdl, mdl_off, byte_next, accepting, first, first_bits,
+                 node_byte, node_depth, node_end, tok_offsets, tok_ids, max_depth, rows, cost_rows, keys,
+                 memo_rows, meta, ret, ret_n, row, work_cap, items, ws, scr, res, small, wide, tok_cost, tok_list,
+                 cost_stamp):
+    """:func:`_fill` of the configurations ``cfg[:, :n_cfg]``, then, for a
+    single configuration ``(g0, f0)`` whose lookup missed, the store into its
+    memo (``mode`` 1: a grammar mask, :func:`_memo_store_listed`; 2: a budget
+    mask under ``limit``, :func:`_memo_store`; 0: none) -- one call on a
+    step's path, its arguments packed: the grammar's int32 tables in ``mdl``
+    (``mdl_off``: where each starts, in :meth:`RuleMasks._pack`'s order),
+    ``small`` the flags and the stack reads (``trk``), ``wide`` the counts,
+    the next free frame and the stored slot.  Returns :func:`_fill`'s code."""
+    o = mdl_off
+    call_off, call_start, call_ret = mdl[o[0]:o[1]], mdl[o[1]:o[2]], mdl[o[2]:o[3]]
+    state_row, grp_off, grp_byte = mdl[o[3]:o[4]], mdl[o[4]:o[5]], mdl[o[5]:o[6]]
+    grp_tok_start, grp_tok, grp_start = mdl[o[6]:o[7]], mdl[o[7]:o[8]], mdl[o[8]:o[9]]
+    bnd_node, row_fits, cost_off = mdl[o[9]:o[10]], mdl[o[10]:o[11]], mdl[o[11]:o[12]]
+    cost_thr, cost_row = mdl[o[12]:o[13]], mdl[o[13]:o[14]]
+    flags, trk = small[0:1], small[1:4]
+    counts, nf = wide[0:4], wide[4:5]
+    wide[5] = -1
+    rc = _fill(byte_next, call_off, call_start, call_ret, accepting, first, stt[0],
+               node_byte, node_depth, node_end, tok_offsets, tok_ids, max_depth, first_bits,
+               cfg[0, :n_cfg], cfg[1, :n_cfg], fr[0], fr[1], fr[2], fr[3], nf, state_row, rows, grp_off, grp_byte,
+               grp_tok_start, grp_tok, grp_start, bnd_node, row_fits, cost_off, cost_thr, cost_row, cost_rows,
+               limit, row, work_cap, items, ws, scr, res, flags, counts, trk, tok_cost, tok_list, cost_stamp)
+    if rc != 0:
+        return rc
+    if mode == 1:
+        wide[5] = _memo_store_listed(cfg[1, 0], fr, stt, keys, memo_rows, meta, counts[2], row, trk[2], ret, ret_n,
+                                     tok_list, tok_cost)
+    elif mode == 2:
+        wide[5] = _memo_store(cfg[1, 0], fr, stt, limit, keys, memo_rows, meta, 0, row, trk[2])
+    return rc
 
 
 @_jit
@@ -733,15 +786,18 @@ class _Scratch(threading.local):
         have = getattr(self, "areas", None)
         cap = (2 * n_nodes + 1024) * grow
         if have is None or have[0].shape[1] < cap:
+            small = np.full(4, -1, dtype=np.int32)  # flags, then the stack reads (_read_frame)
+            wide = np.zeros(6, dtype=np.int64)      # counts, the next free frame, a stored slot
             self.areas = (np.empty((4, cap), dtype=np.int32),            # ws
                           np.empty((3, cap), dtype=np.int32),            # items
                           np.empty((4, _EXPLORE_CAP), dtype=np.int32),   # scr
                           np.empty((2, _EXPLORE_CAP), dtype=np.int32),   # res
-                          np.zeros(1, dtype=np.int32),                   # flags
-                          np.zeros(4, dtype=np.int64),                   # counts
-                          np.zeros(1, dtype=np.int64),                   # nf
+                          small[0:1],                                    # flags
+                          wide[0:4],                                     # counts
+                          wide[4:5],                                     # nf
                           np.empty((2, 16), dtype=np.int32),             # configurations
-                          np.full(3, -1, dtype=np.int32))                # stack reads (_read_frame)
+                          small[1:4],                                    # stack reads
+                          small, wide)                                   # (packed: _fill_packed)
         return self.areas
 
 
@@ -791,6 +847,9 @@ class RuleMasks:
         self._memo: "tuple | None" = None
         #: states that can only return (accepting, no byte to read): left out of memo keys
         self._passes = model.accepting & ~model.first.any(axis=1)
+        #: per state, its distance and whether it only returns (the memo kernels' ``stt``)
+        self._stt = np.stack([model.dist, self._passes]).astype(np.int32)
+        self._stt.flags.writeable = False
         sets = max(1, min(MEMO_MAX_ROWS, MEMO_BYTES // (4 * self.words)) // _MEMO_WAYS)
         self._memo_rows = _MEMO_WAYS * (1 << (sets.bit_length() - 1))  # a power of two of sets
         self._memo_lock = threading.Lock()
@@ -802,9 +861,8 @@ class RuleMasks:
 
     @property
     def nbytes(self) -> int:
-        extra = 0 if self.rows is None else sum(a.nbytes for a in (
-            self.state_row, self.rows, self.grp_off, self.grp_byte, self.grp_tok_start, self.grp_tok, self.grp_start,
-            self.bnd_node, *self._cost_args))
+        # (state_row, the groups and the budget tables' indices are views of _mdl)
+        extra = 0 if self.rows is None else self.rows.nbytes + self._mdl.nbytes + self._cost_args[4].nbytes
         memo = 2 * self._memo_rows * 4 * self.words  # both memos, charged at their bound
         memo += self._memo_rows * (8 * self._ret_cap + 4)  # the returning tokens listed
         return self.model.nbytes + extra + memo + 64 * 256
@@ -829,7 +887,7 @@ class RuleMasks:
         budget = PRECOMPUTE_VISITS_PER_NODE * trie.n_nodes
         if max_work is not None:
             budget = min(budget, int(max_work))
-        ws, items, scr, res, flags, counts, nf, _, trk = self._scratch.get(trie.n_nodes)
+        ws, items, scr, res, flags, counts, nf, _, trk, _, _ = self._scratch.get(trie.n_nodes)
         cap = 4 * trie.n_nodes + 4096
         fr = [np.empty(cap, dtype=np.int32) for _ in range(4)]
         trk[0] = -1  # (the stack is not tracked)
@@ -931,9 +989,32 @@ class RuleMasks:
         #: per state, the costliest configuration a token of its row ends in
         #: (frames pushed by the token included, the stack below not)
         self._row_cost = row_cost
+        self._pack()
         for a in (self.grp_off, self.grp_byte, self.grp_tok_start, self.grp_tok, self.grp_start, self.bnd_node,
-                  self.rows, self.state_row, *self._cost_args):
+                  self.rows, self.state_row, *self._cost_args, self._mdl):
             a.flags.writeable = False
+
+    def _pack(self) -> None:
+        """The grammar's int32 tables as one array (``_mdl``, each table's start
+        in ``_mdl_off``), the tables themselves then views of it: numba's
+        dispatch of :func:`_fill_packed` reads one array, not fourteen."""
+        m = self.model
+        row_fits, cost_off, cost_thr, cost_row, _ = self._cost_args
+        tables = (m.call_off, m.call_start, m.call_ret, self.state_row, self.grp_off, self.grp_byte,
+                  self.grp_tok_start, self.grp_tok, self.grp_start, self.bnd_node, row_fits, cost_off, cost_thr,
+                  cost_row)
+        off = np.zeros(len(tables) + 1, dtype=np.int64)
+        off[1:] = np.cumsum([a.shape[0] for a in tables])
+        mdl = np.concatenate([a.astype(np.int32, copy=False) for a in tables])
+        views = [mdl[off[k]:off[k + 1]] for k in range(len(tables))]
+        (_, _, _, self.state_row, self.grp_off, self.grp_byte, self.grp_tok_start, self.grp_tok, self.grp_start,
+         self.bnd_node) = views[:10]
+        if self.cost_off is not None:
+            self.row_fits, self.cost_off, self.cost_thr, self.cost_row = views[10:]
+        else:
+            self.row_fits = views[10]
+        self._cost_args = (*views[10:], self._cost_args[4])
+        self._mdl, self._mdl_off = mdl, off
 
     def _intern(self, row: np.ndarray, unique: dict, rows: list, max_bytes: int) -> int:
         """The index of ``row`` among ``rows`` (a copy appended if new), or -1
@@ -990,84 +1071,79 @@ class RuleMasks:
         if self._remembered(memo, seen, words):
             return seen[2]
         single = len(configs) == 1
-        keys, rows, used, key_depth, key_frame, memo_cost, found, tags = memo[0]
-        dist = self.model.dist
+        keys, rows, meta = memo[0]
+        used, memo_cost = meta[0], meta[1]
         # The tables are shared by every reply of the grammar and vLLM may fill
         # from a thread pool: the lock is held across the (GIL-free) kernels.
         with self._memo_lock:
             if single:
-                ret, parent, cum = configs_state.frames  # the reply's frames
-                slot = _memo_lookup(g0, f0, ret, parent, cum, dist, self._passes, _NO_LIMIT_KEY,
-                                    keys, rows, used, key_depth, key_frame, memo_cost, found, tags, words)
+                slot = _memo_lookup(g0, f0, configs_state.arrays, self._stt, _NO_LIMIT_KEY, keys, rows, meta, words)
                 if slot >= 0:
-                    bound = max(int(found[0]), self._row_cost[g0] + below)
-                    configs_state.memo_slots[configs] = (slot, int(used[slot]), bound,
-                                                         int(found[0]) - int(memo_cost[slot]))
+                    found = int(meta[3, 0])
+                    bound = max(found, self._row_cost[g0] + below)
+                    configs_state.memo_slots[configs] = (slot, int(used[slot]), bound, found - int(memo_cost[slot]))
                     return bound
-            listed = [None, None, None] if single and self.cost_off is not None else None
-            rc, counts, read, (ret, parent, cum) = self._run_fill(configs_state, configs, _NO_LIMIT, words, listed)
+            # A miss: the walk, and the store (with the returning tokens listed, where budgets use tables).
+            rc, wide = self._run_fill(configs_state, configs, _NO_LIMIT, words, 1 if single else 0,
+                                      single and self.cost_off is not None)
             if rc != 0:
                 return None
-            returning = int(counts[2])  # the costliest configuration a returning token ends in
+            returning = int(wide[2])  # the costliest configuration a returning token ends in
             rows_cost = max(self._row_cost[cg] + (configs_state._cum[cf] if cf >= 0 else 0) for cg, cf in configs)
-            if single:
-                slot = _memo_store_listed(f0, ret, cum, dist, keys, rows, used, key_depth, key_frame, memo_cost,
-                                          tags, returning, words, read, *self._ret,
-                                          *((listed[0], listed[1]) if listed is not None else (_NO_LIST, _NO_COSTS)))
-                if slot >= 0:
-                    below_key = returning - int(memo_cost[slot])  # the distance below the key's frames
-                    configs_state.memo_slots[configs] = (slot, int(used[slot]), max(returning, rows_cost), below_key)
+            slot = int(wide[5])
+            if slot >= 0:
+                below_key = returning - int(memo_cost[slot])  # the distance below the key's frames
+                configs_state.memo_slots[configs] = (slot, int(used[slot]), max(returning, rows_cost), below_key)
         return max(returning, rows_cost)
 
     def _start_walk(self, configs_state: Configurations, configs: tuple[tuple[int, int], ...], nf: np.ndarray,
-                    trk: np.ndarray) -> tuple[np.ndarray, ...]:
+                    trk: np.ndarray) -> np.ndarray:
         """The reply's frame arena for a walk (``nf[0]``: its first free slot),
         tracking how deep a single configuration's walk reads the stack (memo
         keys, :func:`_read_frame`)."""
-        ret, parent, cum, height, n = configs_state.arena(self.frame_spare)
+        _, _, _, height, n = configs_state.arena(self.frame_spare)
         nf[0] = n
         single = len(configs) == 1
         trk[0] = n if single else -1
         trk[1] = height[configs[0][1]] if single and configs[0][1] >= 0 else 0
         trk[2] = -1
-        return ret, parent, cum, height
+        return configs_state.arrays
 
     def _run_fill(self, configs_state: Configurations, configs: tuple[tuple[int, int], ...], limit: int,
-                  words: np.ndarray, listed: "np.ndarray | None" = None) -> tuple:
-        """Run :func:`_fill` (the memo lock held) with scratch areas grown as
-        needed: its return code, counts, how deep it read a single
-        configuration's stack (:func:`_read_frame`) and the reply's frames.
-        With ``listed``, the returning tokens' distances are kept
-        (``listed[0]`` the token list, ``listed[1]`` the distances by token)."""
-        if listed is not None:
-            tok_cost, tok_list, cost_stamp = self._scratch.costs(self.size, self._ret_cap)
-            listed[0], listed[1], listed[2] = tok_list, tok_cost, cost_stamp
-        else:
-            tok_cost, tok_list, cost_stamp = _NO_COSTS, _NO_LIST, np.int32(0)
-        ws, items, scr, res, flags, counts, nf, cfg, trk = self._scratch.get(self.trie.n_nodes)
-        if len(configs) <= cfg.shape[1]:
-            g, f = cfg[0, :len(configs)], cfg[1, :len(configs)]
-            for k, (cg, cf) in enumerate(configs):
-                g[k] = cg
-                f[k] = cf
-        else:
-            g = np.array([c[0] for c in configs], dtype=np.int32)
-            f = np.array([c[1] for c in configs], dtype=np.int32)
+                  words: np.ndarray, mode: int, listed: bool = False) -> tuple[int, np.ndarray]:
+        """Run :func:`_fill_packed` (the memo lock held; ``mode`` 1 or 2 stores
+        a single configuration's mask in the grammar or the budget memo, whose
+        lookup just missed) with scratch areas grown as needed: its return
+        code and ``wide`` (counts, next free frame, the stored slot or -1).
+        ``listed``: the returning tokens are listed with the stored mask."""
+        tok_cost, tok_list, cost_stamp = (self._scratch.costs(self.size, self._ret_cap) if listed
+                                          else (_NO_COSTS, _NO_LIST, np.int32(0)))
+        memo = self._memo[1 if mode == 2 else 0]
+        ret, ret_n = self._ret
+        ws, items, scr, res, _, _, nf, cfg, trk, small, wide = self._scratch.get(self.trie.n_nodes)
+        if len(configs) > cfg.shape[1]:
+            cfg = np.empty((2, len(configs)), dtype=np.int32)
+        for k, (cg, cf) in enumerate(configs):
+            cfg[0, k] = cg
+            cfg[1, k] = cf
+        t = self.trie
+        m = self.model
         for grow in (1, 4, 16):
             if grow > 1:
-                ws, items, scr, res, flags, counts, nf, _, _ = self._scratch.get(self.trie.n_nodes, grow)
-            ret, parent, cum, height = self._start_walk(configs_state, configs, nf, trk)
-            rc = _fill(*self._kernel_args, g, f, ret, parent, cum, height, nf, self.state_row, self.rows,
-                       self.grp_off, self.grp_byte, self.grp_tok_start, self.grp_tok, self.grp_start,
-                       self.bnd_node, *self._cost_args, np.int32(limit), words, np.int64(self.work_cap), items, ws,
-                       scr, res, flags, counts, trk, tok_cost, tok_list, cost_stamp)
-            if rc == -2 and listed is not None:
+                ws, items, scr, res, _, _, nf, _, trk, small, wide = self._scratch.get(self.trie.n_nodes, grow)
+            fr = self._start_walk(configs_state, configs, nf, trk)
+            rc = _fill_packed(mode, np.int32(limit), cfg, len(configs), fr, self._stt, self._mdl, self._mdl_off,
+                              m.byte_next, m.accepting, m.first, self._first_bits, t.node_byte, t.node_depth,
+                              t.node_end, t.tok_offsets, t.tok_ids, np.int32(t.max_depth), self.rows,
+                              self._cost_args[4], memo[0], memo[1], memo[2], ret, ret_n, words,
+                              np.int64(self.work_cap), items, ws, scr, res, small, wide, tok_cost, tok_list,
+                              cost_stamp)
+            if rc == -2 and listed:
                 tok_cost, tok_list, cost_stamp = self._scratch.costs(self.size, self._ret_cap)
-                listed[0], listed[1], listed[2] = tok_list, tok_cost, cost_stamp
             if rc != -2:
                 break
             self.frame_spare *= 4
-        return rc, counts, int(trk[2]), (ret, parent, cum)
+        return rc, wide
 
     def _listed(self, configs_state: Configurations, configs: tuple[tuple[int, int], ...], limit: int,
                 words: np.ndarray, memo: tuple) -> bool:
@@ -1079,11 +1155,12 @@ class RuleMasks:
             return False
         g0, f0 = configs[0]
         stored = self._table_row(g0, limit - configs_state._cum[f0])
-        ret_tok, ret_cost, ret_n = self._ret
+        ret, ret_n = self._ret
+        ret_tok, ret_cost = ret[0], ret[1]
         with self._memo_lock:
             slot = seen[0]
             n = int(ret_n[slot])
-            if n < 0 or memo[0][2][slot] != seen[1]:
+            if n < 0 or memo[0][2][0, slot] != seen[1]:
                 return False  # not listed, or the slot was reused
             if stored is None:
                 words[:] = 0
@@ -1109,32 +1186,27 @@ class RuleMasks:
         it still holds the mask (its stamp unchanged)."""
         if seen is None:
             return False
-        rows, used = memo[table][1], memo[table][2]
+        rows, meta = memo[table][1], memo[table][2]
         with self._memo_lock:
-            if used[seen[0]] == seen[1]:
+            if meta[0, seen[0]] == seen[1]:
                 words[...] = rows[seen[0]]
                 return True
         return False
 
     def _memo_tables(self) -> tuple:
         """The memos (allocated on first use): one for grammar masks that read
-        the stack, one for budget masks.  Each holds keys (one row more: the
-        lookup's key), rows, last-use stamps (one more: the clock), and the
-        depth and frame of each entry of the lookup's key.  A slot's stamp
-        changes whenever its row does, so a reply's remembered ``(slot,
-        stamp)`` is valid while equal.  Then each slot's cost bound, the
-        lookup's found bound (:func:`_memo_lookup`) and each slot's tag
-        (:func:`_find`; 0: empty)."""
+        the stack, one for budget masks, each ``(keys, rows, meta)`` (see the
+        comment above :func:`_memo_lookup`).  A slot's stamp changes whenever
+        its row does, so a reply's remembered ``(slot, stamp)`` is valid while
+        equal.  With them ``_ret``: per grammar memo slot, its returning tokens
+        and their distances, and how many (:func:`_memo_store_listed`)."""
         with self._memo_lock:
             if self._memo is None:
                 slots = self._memo_rows
-                self._memo = tuple((np.full((slots + 1, _MEMO_KEY + 2), -3, dtype=np.int32),
+                self._memo = tuple((np.full((slots + 3, _MEMO_KEY + 2), -3, dtype=np.int32),
                                     np.zeros((slots, self.words), dtype=np.uint32),
-                                    np.zeros(slots + 1, dtype=np.int64), np.zeros(_MEMO_KEY + 2, dtype=np.int32),
-                                    np.zeros(_MEMO_KEY + 2, dtype=np.int32), np.zeros(slots, dtype=np.int64),
-                                    np.zeros(1, dtype=np.int64), np.zeros(slots, dtype=np.int64)) for _ in range(2))
-                self._ret = (np.zeros((slots, self._ret_cap), dtype=np.int32),
-                             np.zeros((slots, self._ret_cap), dtype=np.int32), np.full(slots, -1, dtype=np.int32))
+                                    np.zeros((4, slots + 1), dtype=np.int64)) for _ in range(2))
+                self._ret = (np.zeros((2, slots, self._ret_cap), dtype=np.int32), np.full(slots, -1, dtype=np.int32))
             return self._memo
 
     def within(self, configs_state: Configurations, configs: tuple[tuple[int, int], ...], limit: int,
@@ -1167,44 +1239,40 @@ class RuleMasks:
             return
         if self._remembered(memo, configs_state.budget_slots.get((configs, limit)), words, 1):
             return
-        keys, rows, used, key_depth, key_frame, memo_cost, found, tags = memo[1]
+        keys, rows, meta = memo[1]
+        used = meta[0]
         no_bnd = np.zeros(0, dtype=np.int32)
         with self._memo_lock:
             if single:
                 g0, f0 = configs[0]
-                ret, parent, cum = configs_state.frames
-                slot = _memo_lookup(g0, f0, ret, parent, cum, self.model.dist, self._passes, limit, keys, rows, used,
-                                    key_depth, key_frame, memo_cost, found, tags, words)
+                slot = _memo_lookup(g0, f0, configs_state.arrays, self._stt, limit, keys, rows, meta, words)
                 if slot >= 0:
                     configs_state.budget_slots[(configs, limit)] = (slot, int(used[slot]))
                     return
             if tables:
-                # The grammar mask's own walk, its rows and walks cut at the limit.
-                rc, _, read, (ret, parent, cum) = self._run_fill(configs_state, configs, limit, words)
+                # The grammar mask's own walk, its rows and walks cut at the limit (stored when single).
+                rc, wide = self._run_fill(configs_state, configs, limit, words, 2 if single else 0)
                 if rc == 0:
-                    if single:
-                        slot = _memo_store(f0, ret, cum, self.model.dist, limit, keys, rows, used, key_depth,
-                                           key_frame, memo_cost, tags, 0, words, read)
-                        if slot >= 0:
-                            configs_state.budget_slots[(configs, limit)] = (slot, int(used[slot]))
+                    if wide[5] >= 0:
+                        slot = int(wide[5])
+                        configs_state.budget_slots[(configs, limit)] = (slot, int(used[slot]))
                     return
             # (With tables the result must be grammatical on its own -- RuleMatcher takes it as the
             # mask -- so past the work cap it is the one-byte check below, never the root walk,
             # whose shortcut sets tokens the grammar mask would have to clear.)
             for grow in ((1, 4, 16) if not tables else ()):
-                ws, items, scr, res, flags, counts, nf, _, trk = self._scratch.get(self.trie.n_nodes, grow)
-                ret, parent, cum, height = self._start_walk(configs_state, configs, nf, trk)
+                ws, items, scr, res, flags, counts, nf, _, trk, _, _ = self._scratch.get(self.trie.n_nodes, grow)
+                fr = self._start_walk(configs_state, configs, nf, trk)
                 for k, (g, f) in enumerate(configs):
                     items[0, k], items[1, k], items[2, k] = 0, g, f
                 words[:] = 0
-                rc = _walk_items(*self._kernel_args, items, len(configs), ret, parent, cum, height, nf,
+                rc = _walk_items(*self._kernel_args, items, len(configs), fr[0], fr[1], fr[2], fr[3], nf,
                                  np.int32(limit), words, np.int64(self.work_cap), ws, scr, res, flags, no_bnd, no_bnd,
                                  np.int32(0), counts, np.int32(self.model.inc1), self.sub_max, trk, _NO_COSTS,
                                  _NO_LIST, np.int32(0))
                 if rc == 0:
                     if single:
-                        slot = _memo_store(f0, ret, cum, self.model.dist, limit, keys, rows, used, key_depth,
-                                           key_frame, memo_cost, tags, 0, words, trk[2])
+                        slot = _memo_store(f0, fr, self._stt, limit, keys, rows, meta, 0, words, trk[2])
                         if slot >= 0:
                             configs_state.budget_slots[(configs, limit)] = (slot, int(used[slot]))
                     return
@@ -1248,3 +1316,5 @@ def warm_up() -> None:
     # A budget mask whose grammar mask the reply did not remember (its own memo's store).
     fresh = Configurations(model)
     masks.within(fresh, fresh.advance(fresh.initial(), b"((x"), 3, row)
+    # The store of a budget walk without tables (a grammar past MAX_TABLE_STATES), with its argument types.
+    _memo_store(-1, fresh.arrays, masks._stt, 3, *masks._memo[1], 0, row.view(np.uint32), np.int32(-1))
