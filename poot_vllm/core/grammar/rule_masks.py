@@ -858,6 +858,9 @@ class RuleMasks:
         self._ret: "tuple | None" = None
         if precompute:
             self._precompute(max_work)
+            # The memos now, on the compile's thread: allocating them (a reused heap
+            # block is zeroed: ~1 ms at 128k tokens) was the first miss's step.
+            self._memo_tables()
 
     @property
     def nbytes(self) -> int:
