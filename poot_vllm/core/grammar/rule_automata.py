@@ -553,16 +553,21 @@ class Configurations:
             configs = self.step(configs, byte)
         return configs
 
-    def arena(self, spare: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
-        """The frames as arrays ``(ret, parent, cum, height, n)`` for a kernel,
-        with at least ``spare`` free slots after the ``n`` in use (the kernel's
-        own pushes land there and are forgotten).  ``height`` counts a frame's
-        stack from the root (1: a frame of the root's level)."""
+    def reserve(self, spare: int) -> tuple[np.ndarray, int]:
+        """The frame arena (:attr:`arrays`) with at least ``spare`` free slots
+        after the ``n`` in use (a kernel's own pushes land there and are
+        forgotten), and ``n``."""
         n = len(self._ret)
         if self._arrays.shape[1] < n + spare:
             grown = np.empty((4, max(n + spare, 2 * self._arrays.shape[1])), dtype=np.int32)
             grown[:, :n] = self._arrays[:, :n]
             self._arrays = grown
             self.frames = (grown[0], grown[1], grown[2])
-        a = self._arrays
+        return self._arrays, n
+
+    def arena(self, spare: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
+        """The frames as arrays ``(ret, parent, cum, height, n)`` for a kernel
+        (:meth:`reserve`).  ``height`` counts a frame's stack from the root (1:
+        a frame of the root's level)."""
+        a, n = self.reserve(spare)
         return a[0], a[1], a[2], a[3], n

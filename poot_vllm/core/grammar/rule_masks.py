@@ -684,18 +684,24 @@ def _memo_store_listed(top, fr, stt, keys, rows, meta, cost, row, depth, ret, re
 
 
 @_jit
-def _fill_packed(mode, limit, cfg, n_cfg, fr, stt, mdl, mdl_off, byte_next, accepting, first, first_bits,
-                 node_byte, node_depth, node_end, tok_offsets, tok_ids, max_depth, rows, cost_rows, keys,
-                 memo_rows, meta, ret, ret_n, row, work_cap, items, ws, scr, res, small, wide, tok_cost, tok_list,
-                 cost_stamp):
-    """:func:`_fill` of the configurations ``cfg[:, :n_cfg]``, then, for a
-    single configuration ``(g0, f0)`` whose lookup missed, the store into its
-    memo (``mode`` 1: a grammar mask, :func:`_memo_store_listed`; 2: a budget
-    mask under ``limit``, :func:`_memo_store`; 0: none) -- one call on a
-    step's path, its arguments packed: the grammar's int32 tables in ``mdl``
-    (``mdl_off``: where each starts, in :meth:`RuleMasks._pack`'s order),
-    ``small`` the flags and the stack reads (``trk``), ``wide`` the counts,
-    the next free frame and the stored slot.  Returns :func:`_fill`'s code."""
+def _fill_packed(mode, limit, g0, f0, cfg, n_cfg, n_frames, fr,
+                 stt, mdl, mdl_off, byte_next, accepting, first, first_bits, node_byte, node_depth, node_end,
+                 tok_offsets, tok_ids, max_depth, rows, cost_rows, work_cap,
+                 keys, memo_rows, meta, ret, ret_n, row, items, ws, scr, res, small, wide, tok_cost, tok_list):
+    """:func:`_fill` of the configurations ``cfg[:, :n_cfg]`` (states, frames;
+    of a single one ``(g0, f0)``, written here), then, for a single
+    configuration whose lookup missed, the store into its memo (``mode`` 1:
+    a grammar mask, :func:`_memo_store_listed`; 2: a budget mask under
+    ``limit``, :func:`_memo_store`; 0: none) -- one call on a step's path,
+    its arguments packed (the second line: :attr:`RuleMasks._fill_tables`,
+    the grammar's int32 tables one array ``mdl``, ``mdl_off`` where each
+    starts, in :meth:`RuleMasks._pack`'s order), and the per-walk set-up
+    done here, not in Python: the first free frame (``n_frames``: the
+    reply's frames in use), the stack reads (:func:`_read_frame`) and the
+    returning tokens' stamp (:func:`_note_cost`, with a non-empty
+    ``tok_cost``).  ``small`` holds the flags and the stack reads (``trk``),
+    ``wide`` the counts, the next free frame, the stored slot and the stamp.
+    Returns :func:`_fill`'s code."""
     o = mdl_off
     call_off, call_start, call_ret = mdl[o[0]:o[1]], mdl[o[1]:o[2]], mdl[o[2]:o[3]]
     state_row, grp_off, grp_byte = mdl[o[3]:o[4]], mdl[o[4]:o[5]], mdl[o[5]:o[6]]
@@ -705,11 +711,29 @@ def _fill_packed(mode, limit, cfg, n_cfg, fr, stt, mdl, mdl_off, byte_next, acce
     flags, trk = small[0:1], small[1:4]
     counts, nf = wide[0:4], wide[4:5]
     wide[5] = -1
+    if n_cfg == 1:
+        cfg[0, 0] = g0
+        cfg[1, 0] = f0
+        trk[0] = n_frames
+        trk[1] = fr[3, f0] if f0 >= 0 else 0
+    else:
+        trk[0] = -1
+        trk[1] = 0
+    trk[2] = -1
+    nf[0] = n_frames
+    stamp = np.int32(0)
+    if tok_cost.shape[1] > 0:
+        wide[6] += 1
+        if wide[6] >= 2**31 - 1:
+            tok_cost[1, :] = 0
+            wide[6] = 1
+        tok_list[0] = 0
+        stamp = np.int32(wide[6])
     rc = _fill(byte_next, call_off, call_start, call_ret, accepting, first, stt[0],
                node_byte, node_depth, node_end, tok_offsets, tok_ids, max_depth, first_bits,
                cfg[0, :n_cfg], cfg[1, :n_cfg], fr[0], fr[1], fr[2], fr[3], nf, state_row, rows, grp_off, grp_byte,
                grp_tok_start, grp_tok, grp_start, bnd_node, row_fits, cost_off, cost_thr, cost_row, cost_rows,
-               limit, row, work_cap, items, ws, scr, res, flags, counts, trk, tok_cost, tok_list, cost_stamp)
+               limit, row, work_cap, items, ws, scr, res, flags, counts, trk, tok_cost, tok_list, stamp)
     if rc != 0:
         return rc
     if mode == 1:
@@ -770,24 +794,26 @@ def _readable_depth(node_byte, node_depth, readable):
 class _Scratch(threading.local):
     """Per-thread work areas (vLLM fills masks from a thread pool)."""
 
-    def costs(self, size: int, cap: int) -> tuple[np.ndarray, np.ndarray, np.int32]:
-        """Token distances (2 x ``size``), a token list of ``cap`` and a fresh stamp (:func:`_note_cost`)."""
-        have = getattr(self, "cost_areas", None)
-        if have is None or have[0].shape[1] < size or have[1].shape[0] < cap + 1:
-            have = self.cost_areas = [np.zeros((2, size), dtype=np.int32), np.zeros(cap + 1, dtype=np.int32), 0]
-        have[2] += 1
-        if have[2] >= 2**31 - 1:
-            have[0][1, :] = 0
-            have[2] = 1
-        have[1][0] = 0
-        return have[0], have[1], np.int32(have[2])
+    def walk(self, n_nodes: int, size: int, cap: int) -> tuple:
+        """What :func:`_fill_packed` works in, one tuple per thread: ``items,
+        ws, scr, res, small, wide, cfg`` (:meth:`get`), then token distances
+        (2 x ``size``, stamped in ``wide[6]``: :func:`_note_cost`) and a token
+        list of ``cap``.  Rebuilt after :meth:`get` grows."""
+        have = getattr(self, "walk_areas", None)
+        if have is None:
+            ws, items, scr, res, _, _, _, cfg, _, small, wide = self.get(n_nodes)
+            wide[6] = 0
+            have = self.walk_areas = (items, ws, scr, res, small, wide, cfg, np.zeros((2, size), dtype=np.int32),
+                                      np.zeros(cap + 1, dtype=np.int32))
+        return have
 
     def get(self, n_nodes: int, grow: int = 1) -> tuple[np.ndarray, ...]:
         have = getattr(self, "areas", None)
         cap = (2 * n_nodes + 1024) * grow
         if have is None or have[0].shape[1] < cap:
+            self.walk_areas = None  # (views of the old areas)
             small = np.full(4, -1, dtype=np.int32)  # flags, then the stack reads (_read_frame)
-            wide = np.zeros(6, dtype=np.int64)      # counts, the next free frame, a stored slot
+            wide = np.zeros(8, dtype=np.int64)      # counts, the next free frame, a stored slot, a stamp
             self.areas = (np.empty((4, cap), dtype=np.int32),            # ws
                           np.empty((3, cap), dtype=np.int32),            # items
                           np.empty((4, _EXPLORE_CAP), dtype=np.int32),   # scr
@@ -1018,6 +1044,11 @@ class RuleMasks:
             self.row_fits = views[10]
         self._cost_args = (*views[10:], self._cost_args[4])
         self._mdl, self._mdl_off = mdl, off
+        t = self.trie
+        #: :func:`_fill_packed`'s arguments that are the same for every walk
+        self._fill_tables = (self._stt, mdl, off, m.byte_next, m.accepting, m.first, self._first_bits, t.node_byte,
+                             t.node_depth, t.node_end, t.tok_offsets, t.tok_ids, np.int32(t.max_depth), self.rows,
+                             self._cost_args[4], np.int64(self.work_cap))
 
     def _intern(self, row: np.ndarray, unique: dict, rows: list, max_bytes: int) -> int:
         """The index of ``row`` among ``rows`` (a copy appended if new), or -1
@@ -1118,34 +1149,32 @@ class RuleMasks:
         a single configuration's mask in the grammar or the budget memo, whose
         lookup just missed) with scratch areas grown as needed: its return
         code and ``wide`` (counts, next free frame, the stored slot or -1).
-        ``listed``: the returning tokens are listed with the stored mask."""
-        tok_cost, tok_list, cost_stamp = (self._scratch.costs(self.size, self._ret_cap) if listed
-                                          else (_NO_COSTS, _NO_LIST, np.int32(0)))
+        ``listed``: the returning tokens are listed with the stored mask.
+        (Kept short: it is a miss's step; the set-up is in the kernel.)"""
+        n_nodes = self.trie.n_nodes
         memo = self._memo[1 if mode == 2 else 0]
         ret, ret_n = self._ret
-        ws, items, scr, res, _, _, nf, cfg, trk, small, wide = self._scratch.get(self.trie.n_nodes)
-        if len(configs) > cfg.shape[1]:
-            cfg = np.empty((2, len(configs)), dtype=np.int32)
-        for k, (cg, cf) in enumerate(configs):
-            cfg[0, k] = cg
-            cfg[1, k] = cf
-        t = self.trie
-        m = self.model
+        n_cfg = len(configs)
+        g0, f0 = configs[0]
         for grow in (1, 4, 16):
-            if grow > 1:
-                ws, items, scr, res, _, _, nf, _, trk, small, wide = self._scratch.get(self.trie.n_nodes, grow)
-            fr = self._start_walk(configs_state, configs, nf, trk)
-            rc = _fill_packed(mode, np.int32(limit), cfg, len(configs), fr, self._stt, self._mdl, self._mdl_off,
-                              m.byte_next, m.accepting, m.first, self._first_bits, t.node_byte, t.node_depth,
-                              t.node_end, t.tok_offsets, t.tok_ids, np.int32(t.max_depth), self.rows,
-                              self._cost_args[4], memo[0], memo[1], memo[2], ret, ret_n, words,
-                              np.int64(self.work_cap), items, ws, scr, res, small, wide, tok_cost, tok_list,
-                              cost_stamp)
-            if rc == -2 and listed:
-                tok_cost, tok_list, cost_stamp = self._scratch.costs(self.size, self._ret_cap)
+            items, ws, scr, res, small, wide, cfg, tok_cost, tok_list = self._scratch.walk(
+                n_nodes, self.size, self._ret_cap)
+            if not listed:
+                tok_cost, tok_list = _NO_COSTS, _NO_LIST
+            if n_cfg > 1:
+                if n_cfg > cfg.shape[1]:
+                    cfg = np.empty((2, n_cfg), dtype=np.int32)
+                for k, (cg, cf) in enumerate(configs):
+                    cfg[0, k] = cg
+                    cfg[1, k] = cf
+            fr, n_frames = configs_state.reserve(self.frame_spare)
+            rc = _fill_packed(mode, int(limit), g0, f0, cfg, n_cfg, n_frames, fr, *self._fill_tables,
+                              memo[0], memo[1], memo[2], ret, ret_n, words, items, ws, scr, res, small, wide,
+                              tok_cost, tok_list)
             if rc != -2:
                 break
             self.frame_spare *= 4
+            self._scratch.get(n_nodes, 4 * grow)
         return rc, wide
 
     def _listed(self, configs_state: Configurations, configs: tuple[tuple[int, int], ...], limit: int,
