@@ -24,7 +24,7 @@ import pytest
 from pathlib import Path
 
 from pydantic import (UUID4, AnyUrl, Base64Bytes, BaseModel, EmailStr, Field, IPvAnyAddress, IPvAnyNetwork, Json,
-                      SecretStr, StringConstraints, UrlConstraints)
+                      SecretStr, StringConstraints, UrlConstraints, create_model)
 
 
 class Contact(BaseModel):
@@ -172,8 +172,35 @@ class Record(BaseModel):
     payload: Any = None
 
 
+# eighty optional fields, forty of them free text (a SAML-style config, JSONSchemaBench
+# Github_hard/o31176): the DFA holds a copy of the string per field, each with its own
+# continuation, past the automaton budget (a 400 before); a grammar with each string value one rule
+SamlConfig = create_model("SamlConfig", **{f"attribute{i}": (Optional[str], None) for i in range(1, 41)},
+                          **{f"attribute{i}format": (Optional[Literal["URI", "Basic"]], None) for i in range(1, 41)})
+
+
+class Position(BaseModel):
+    line: int
+    character: int
+
+
+class Span(BaseModel):
+    start: Position
+    end: Position
+
+
+class Location(BaseModel):
+    uri: str
+    span: Span
+
+
+# one definition used in many places (an LSP-style protocol model, Github_hard/o65890): a copy of
+# Location per field in the DFA, past the budget (a 400 before); a grammar with each target one rule
+Diagnostics = create_model("Diagnostics", **{f"site{i}": (Location, ...) for i in range(2)},
+                           **{f"related{i:02}": (Optional[Location], None) for i in range(24)})
+
 MODELS = [Contact, Network, Inventory, Order, Labels, Tags, TreeNode, Expr, Credentials, Event, Article, Shipment,
-          Reading, Pet, Ticket, Record]
+          Reading, Pet, Ticket, Record, SamlConfig, Diagnostics]
 
 
 @pytest.fixture(scope="module", params=["spm_server", "bpe_server"])

@@ -357,6 +357,66 @@ def test_a_schema_without_free_form_values_past_the_budget_is_still_refused():
         compile_json_schema({"type": "string", "pattern": "(a|b)*a(a|b){17}"})
 
 
+#: Eighty optional fields (forty strings, forty string enums; a SAML-style config in
+#: JSONSchemaBench, Github_hard/o31176): the DFA holds a copy of the string per field, each with
+#: its own continuation (the keys still allowed after it), past max_automaton_bytes.
+WIDE_STRINGS = {"type": "object", "additionalProperties": False, "properties": {
+    **{f"attribute{i}": {"type": "string"} for i in range(1, 41)},
+    **{f"attribute{i}format": {"enum": ["URI", "Basic"], "type": "string"} for i in range(1, 41)}}}
+_POSITION = {"type": "object", "required": ["line", "character"], "additionalProperties": False,
+             "properties": {"line": {"type": "integer", "minimum": 0}, "character": {"type": "integer", "minimum": 0}}}
+#: Definitions used in many places (an LSP-style protocol schema, Github_hard/o65890): the DFA
+#: holds a copy of each target per use.
+LOCATIONS = {"$defs": {
+    "Position": _POSITION,
+    "Range": {"type": "object", "required": ["start", "end"], "additionalProperties": False,
+              "properties": {"start": {"$ref": "#/$defs/Position"}, "end": {"$ref": "#/$defs/Position"}}},
+    "Location": {"type": "object", "required": ["uri", "range"], "additionalProperties": False,
+                 "properties": {"uri": {"type": "string", "maxLength": 40}, "range": {"$ref": "#/$defs/Range"}}}},
+    "type": "object", "additionalProperties": False, "required": ["a0", "a5"],
+    "properties": {f"a{i}": {"$ref": "#/$defs/Location"} for i in range(12)}}
+
+
+@pytest.mark.parametrize("schema", [WIDE_STRINGS, LOCATIONS], ids=["wide-strings", "repeated-refs"])
+def test_values_past_the_automaton_budget_are_calls_of_one_rule_each(schema):
+    """Served as a grammar (it was a 400 naming max_automaton_bytes): each distinct string
+    value and each ``$ref`` target one rule, called from every place that holds it, and the
+    rest of the schema exact (sorted keys, required keys, enums, the string's length)."""
+    from poot_vllm.core.errors import LimitExceeded
+    from poot_vllm.core.json_schema import served_regex
+
+    with pytest.raises(LimitExceeded, match="max_automaton_bytes"):
+        served_regex(schema)  # the DFA alone does not fit
+    grammar = compile_json_schema(schema)
+    assert isinstance(grammar, Grammar) and len(grammar.rules) > 1
+    if schema is WIDE_STRINGS:
+        good = ['{}', '{"attribute1":"x"}', '{"attribute1":"a","attribute10format":"URI","attribute2":"\\u00e9"}',
+                '{"attribute12format":"Basic","attribute9format":"URI"}']  # (a first key among the first 8)
+        bad = ['{"attribute2":"a","attribute1":"b"}', '{"attribute1":"a","attribute1":"b"}', '{"attribute41":"a"}',
+               '{"attribute1format":"Other"}', '{"attribute1":1}', '{"attribute1":"a",}']
+    else:
+        loc = '{"range":{"end":{"character":0,"line":2},"start":{"character":1,"line":0}},"uri":"f"}'
+        good = [f'{{"a0":{loc},"a5":{loc}}}', f'{{"a0":{loc},"a1":{loc},"a11":{loc},"a5":{loc}}}']
+        bad = [f'{{"a0":{loc}}}', f'{{"a5":{loc},"a0":{loc}}}', '{"a0":{"uri":"f"},"a5":{"uri":"f"}}',
+               f'{{"a0":{loc},"a5":{loc.replace(":0,", ":-1,")}}}',
+               f'{{"a0":{loc},"a5":{loc.replace("f", "f" * 41)}}}']
+    for text in good:
+        assert is_valid(schema, text), text
+        assert accepts(grammar, text), text
+    for text in bad:  # invalid, or outside poot's canonical form (unsorted keys, a repeated key)
+        assert not accepts(grammar, text), text
+
+
+@pytest.mark.parametrize("schema", [WIDE_STRINGS, LOCATIONS], ids=["wide-strings", "repeated-refs"])
+def test_value_rule_replies_validate_and_finish_inside_the_budget(schema):
+    texts = replies(compile_json_schema(schema), 12, seed=5, budget=600, own=False)
+    for text in texts:
+        assert is_valid(schema, text), text
+        json.loads(text, object_pairs_hook=lambda pairs: dict(pairs) if len({k for k, _ in pairs}) == len(pairs)
+                   else pytest.fail(f"repeated key in {text}"))
+    assert len({text for text in texts}) > 1
+
+
 def test_the_free_form_rule_is_bounded_like_the_automata():
     """The fallback models its rules in Python: past its own bound (regex positions charged
     against max_automaton_bytes, or a lookahead to embed) the schema stays the DFA's 400."""

@@ -861,3 +861,31 @@ def test_a_tool_with_many_free_form_fields_is_forced_as_a_grammar():
     assert not accepts(grammar, call('{"x1": 1}'))  # 'name' is required
     assert not accepts(grammar, call('{"name": "a", "x1": "<b"}'))
     assert accepts(grammar, call('{"name": "a", "x1": "\\u003cb"}'))
+
+
+def test_a_tool_with_many_string_fields_is_forced_as_a_grammar():
+    # eighty optional string fields (a SAML-style config): the call's DFA holds a copy of the
+    # string per field and passes the budget; as for response_format, each string value is one
+    # rule, and the codec's escape ("<" only as \u003c) holds inside it
+    from tests.unit.test_json_recursive import WIDE_STRINGS, accepts, replies
+
+    spec = tool_call_spec([("configure", WIDE_STRINGS)], parallel=True)
+    from poot_vllm.core.tool_calls.forcing import tool_call_grammar
+
+    assert tool_call_grammar(spec, free_form_rule=True) is None  # no free-form value: that fallback alone is none
+    grammar = compile_automaton(Constraint(Kind.TOOL_CALL, spec))
+    assert isinstance(grammar, Grammar)
+    for reply in replies(grammar, 12, seed=4, budget=400, own=False):
+        calls = HERMES_TEXT.parse(reply).calls
+        assert calls, reply
+        for call in calls:
+            assert call.name == "configure"
+            jsonschema.validate(json.loads(call.arguments), WIDE_STRINGS)
+
+    def call(arguments: str) -> str:
+        return f'<tool_call>\n{{"name": "configure", "arguments": {arguments}}}\n</tool_call>'
+
+    assert accepts(grammar, call('{"attribute1": "a", "attribute1format": "URI"}') + "\n" + call('{}'))
+    assert not accepts(grammar, call('{"attribute1": "<b"}'))
+    assert accepts(grammar, call('{"attribute1": "\\u003cb"}'))
+    assert not accepts(grammar, call('{"attribute1format": "Other"}'))

@@ -55,10 +55,11 @@ PRECOMPUTE_VISITS_PER_NODE = 64
 MAX_ROW_BYTES = 64 * 1024 * 1024
 #: Budget-table rows (tokens of a state's row within a distance) may take at
 #: most this many bytes per grammar and vocabulary; past it budgets walk.
-MAX_TABLE_BYTES = 16 * 1024 * 1024
+MAX_TABLE_BYTES = 32 * 1024 * 1024
 #: ... and only grammars of at most this many states get tables (their build
-#: is a pass over each state's tokens: large schema grammars keep the walk).
-MAX_TABLE_STATES = 512
+#: is a pass over each state's tokens, ~0.15 ms a state at 128k; a schema
+#: grammar's budget walk without them costs ~7 ms a restricted step).
+MAX_TABLE_STATES = 4096
 #: Masks remembered per grammar and vocabulary for configurations that read
 #: the stack below (oldest dropped first); charged in ``nbytes`` at this bound.
 MEMO_BYTES = 8 * 1024 * 1024

@@ -82,6 +82,11 @@ def compile_json_schema(schema: "dict | bool | str", limits: Limits = DEFAULT_LI
         grammar = schema_grammar(schema, limits, free_form_rule=True)
         if grammar is not None:
             return grammar
+        # Many string fields (each string copied with its own continuation): each string
+        # value one rule too (docs/json-schema.md "Values as rules").
+        grammar = schema_grammar(schema, limits, free_form_rule=True, value_rules=True)
+        if grammar is not None:
+            return grammar
         raise
 
 

@@ -75,6 +75,8 @@ RECURSION_DEPTH = 4
 RECURSION_DEPTHS = (4, 3, 2, 1)
 #: The key of the free-form value's rule in rules mode (no JSON pointer looks like it).
 FREE_FORM_RULE = "<any JSON value>"
+#: The key prefix of a string value's rule in rules mode (then its regex).
+STRING_RULE = "<string value> "
 
 ANNOTATIONS = frozenset(
     """title description examples example default $schema $id id $comment deprecated readOnly
@@ -291,6 +293,9 @@ class SchemaCompiler:
         #: rules mode only: a free-form value is one grammar rule (any JSON value, any depth),
         #: not a regex nested ``free_form`` containers deep (see :meth:`_free_form_rule`)
         self.free_form_rule = free_form_rule and rules
+        #: rules mode only: each distinct string value's regex and each ``$ref`` target is one
+        #: grammar rule, called from every place that holds it (see :meth:`_string_rule`)
+        self.value_rules = False
         #: rules mode (json_schema.recursive): each cyclic ``$ref`` target is compiled once, as a
         #: grammar rule: target -> [placeholder character standing for it in the regex text, body]
         self.rules: "dict[str, list] | None" = {} if rules else None
@@ -452,7 +457,7 @@ class SchemaCompiler:
         return out
 
     def _compile_ref(self, target: str, pointer: str, refs: tuple[str, ...], depth: int) -> str:
-        if self.rules is not None and target in self.cyclic:
+        if self.rules is not None and (target in self.cyclic or (self.value_rules and not self.negating)):
             return self._rule_ref(target, pointer, refs, depth)
         if refs.count(target) >= self.recursion:
             raise self._recursion_end(target, pointer)
@@ -1592,7 +1597,24 @@ class SchemaCompiler:
                 main = f'(?={t.regex}")' + main
                 cmin, cmax = max(cmin, t.min_len), _min_len(cmax, t.max_len)
             content = self._with_lengths(main, lo, hi, cmin, cmax, pointer)
-        return self.check(f'"{content}"', pointer)
+        return self._string_rule(self.check(f'"{content}"', pointer))
+
+    def _string_rule(self, regex: str) -> str:
+        """Rules mode with ``value_rules``: a string value's regex as one grammar rule (one
+        per distinct regex), every use a call -- as every ``$ref`` target is then
+        (:meth:`_compile_ref`).  A schema with many string fields (eighty optional
+        ``attributeN: str``) holds a copy of the string per field in its DFA, each with a
+        different continuation, and one that uses a definition in many places a copy per
+        use: either passes the automaton budget; as calls, the rule model holds each once
+        (what :func:`~poot_vllm.core.json_schema.compile_json_schema` falls back to last).
+        Inline where a placeholder cannot stand for a rule (negations)."""
+        if not self.value_rules or self.negating:
+            return regex
+        key = STRING_RULE + regex
+        entry = self.rules.get(key)
+        if entry is None:
+            entry = self.rules[key] = [rule_placeholder(len(self.rules)), regex]
+        return entry[0]
 
     def _embedded_json(self, schema: dict, pointer: str, refs: tuple[str, ...], depth: int) -> Any:
         """``contentMediaType: application/json`` with ``contentSchema`` (Pydantic's ``Json[T]``): the
@@ -2018,7 +2040,7 @@ def _new_compiler(schema: dict | bool | str, limits: Limits, escaped: str, recur
 
 
 def compile_schema_rules(schema: dict | bool | str, limits: Limits, escaped: str = "",
-                         free_form_rule: bool = False) -> tuple[str, SchemaCompiler]:
+                         free_form_rule: bool = False, value_rules: bool = False) -> tuple[str, SchemaCompiler]:
     """Rules mode (json_schema.recursive): the root's regex text, and the compiler whose
     ``rules`` hold each cyclic target's placeholder and regex text (and, with
     ``free_form_rule``, the free-form value's: ``FREE_FORM_RULE``).  Raises
@@ -2027,6 +2049,7 @@ def compile_schema_rules(schema: dict | bool | str, limits: Limits, escaped: str
     # (_recursion_end raises NeedsUnrolling in rules mode); references become rules.
     compiler = _new_compiler(schema, limits, escaped, 2, rules=True)
     compiler.free_form_rule = free_form_rule
+    compiler.value_rules = value_rules
     if "" in compiler.cyclic:  # "#" refers back to the root: the root is a rule too
         return compiler._compile_ref("", "", (), 0), compiler
     return compiler.compile(compiler.root, "", ()), compiler

@@ -43,7 +43,7 @@ from poot_vllm.core.regex import ast
 from poot_vllm.core.regex import charsets as cs
 
 def schema_grammar(schema: "dict | bool | str", limits: Limits = DEFAULT_LIMITS, escaped: str = "",
-                   free_form_rule: bool = False) -> "Grammar | None":
+                   free_form_rule: bool = False, value_rules: bool = False) -> "Grammar | None":
     """The grammar of a recursive schema, each cyclic ``$ref`` target one rule;
     None where the schema is not recursive or takes the unrolled DFA (see the
     module docstring; that path reports any refusal).
@@ -61,16 +61,16 @@ def schema_grammar(schema: "dict | bool | str", limits: Limits = DEFAULT_LIMITS,
 
     try:
         root = parse_schema(schema, limits)
-        if not free_form_rule and not cyclic_targets(root):
+        if not free_form_rule and not value_rules and not cyclic_targets(root):
             return None
         if any(PLACEHOLDER_BASE <= ord(ch) <= PLACEHOLDER_END
                for ch in json.dumps(root, ensure_ascii=False)):
             return None
-        top, compiler = compile_schema_rules(root, limits, escaped, free_form_rule)
+        top, compiler = compile_schema_rules(root, limits, escaped, free_form_rule, value_rules)
         if not compiler.rules:
             return None  # no free-form value and no recursion: a DFA or nothing
         trees = [parse(top)] + [parse(body) for _, body in compiler.rules.values()]
-        if free_form_rule and not _small_enough(trees, limits):
+        if (free_form_rule or value_rules) and not _small_enough(trees, limits):
             return None
         names = {entry[0]: f"ref{k}" for k, entry in enumerate(compiler.rules.values())}
         convert = _Converter(names, limits)

@@ -192,6 +192,8 @@ def compile_tool_call_constraint(spec: str, limits: Limits = DEFAULT_LIMITS) -> 
         # 1 container deep: as for response_format, a grammar with the free-form value as one
         # rule per tool (bounded by schema_grammar's own rule; None past it or without any).
         grammar = tool_call_grammar(spec, limits, free_form_rule=True)
+        if grammar is None:  # ... and where many string fields or uses of a definition pass it, those as rules
+            grammar = tool_call_grammar(spec, limits, free_form_rule=True, value_rules=True)
         if grammar is not None:
             return grammar
         explained = largest_tool_parts(spec, limits)
@@ -219,7 +221,8 @@ def _build_call(spec: str, limits: Limits, codec: Codec, payload: dict, depths: 
     raise AssertionError("unreachable")
 
 
-def tool_call_grammar(spec: str, limits: Limits = DEFAULT_LIMITS, free_form_rule: bool = False) -> "Grammar | None":
+def tool_call_grammar(spec: str, limits: Limits = DEFAULT_LIMITS, free_form_rule: bool = False,
+                      value_rules: bool = False) -> "Grammar | None":
     """The forced reply as a grammar, for tools whose parameters are recursive
     (a ``TreeNode`` argument): ``root ::= prefix call (separator call)* suffix``,
     ``call ::= head_1 args_1 tail | ...``; a recursive tool's arguments are its
@@ -232,7 +235,8 @@ def tool_call_grammar(spec: str, limits: Limits = DEFAULT_LIMITS, free_form_rule
     free-form values takes the grammar too, the free-form value one rule; the
     tools share ``schema_grammar``'s bound (each gets its share of
     ``max_automaton_bytes``).  None where no tool has free-form values or one
-    passes its share."""
+    passes its share.  With ``value_rules`` too, each tool's string values and
+    ``$ref`` targets are rules as well (json_schema.compiler ``_string_rule``)."""
     from poot_vllm.core.grammar.gbnf import Alternation, Grammar, Literal, Repeat, Rule, RuleRef, Sequence
     from poot_vllm.core.grammar.rule_automata import rule_automata
     from poot_vllm.core.json_schema.placeholders import NeedsUnrolling
@@ -248,7 +252,8 @@ def tool_call_grammar(spec: str, limits: Limits = DEFAULT_LIMITS, free_form_rule
         try:
             grammar = None
             if free_form_rule and isinstance(parameters, dict) and not cyclic_targets(parameters):
-                grammar = schema_grammar(parameters, share, codec.escaped_in_arguments, free_form_rule=True)
+                grammar = schema_grammar(parameters, share, codec.escaped_in_arguments, free_form_rule=True,
+                                         value_rules=value_rules)
             if grammar is not None:
                 prefix = f"t{i}-"
                 rules += renamed(grammar, prefix)
