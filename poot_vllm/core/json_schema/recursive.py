@@ -79,9 +79,22 @@ def schema_grammar(schema: "dict | bool | str", limits: Limits = DEFAULT_LIMITS,
         grammar = Grammar(tuple(rules), "root")
     except (NeedsUnrolling, PootError, RecursionError, _Empty):
         return None
-    if rule_automata(grammar) is None:
+    model = rule_automata(grammar)
+    if model is None:
         return None
+    if value_rules and int((model.first.sum(axis=1) >= 128).sum()) > VALUE_RULES_WIDE_STATES:
+        return None  # poot's masks would not be precomputed: xgrammar's matcher, ~50 ms a step
     return grammar
+
+
+#: The values-as-rules fallback serves a schema only where poot's per-state grammar masks will
+#: be precomputed (rule_masks: at most PRECOMPUTE_VISITS_PER_NODE trie walks' worth): a
+#: state that reads 128 or more distinct bytes (a string's body) walks most of the vocabulary's
+#: trie, and a counted string (``maxLength: 191``) is a chain of such states in a rule model
+#: (no counters there).  Past this many of them the schema stays the DFA path's 400, not a
+#: grammar on xgrammar's matcher at ~50 ms a step at 128k tokens (Github_easy/o55159: 199
+#: such states; the served o31176 and o65890: 1 and 14).
+VALUE_RULES_WIDE_STATES = 32
 
 
 #: The free-form fallback's bound: the rules' regex positions, each charged this many bytes of
