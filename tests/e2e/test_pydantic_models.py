@@ -358,33 +358,20 @@ def test_anchor_and_id_references_validate(served):
         assert isinstance(value["ship"]["zip"], str) and len(value["ship"]["zip"]) == 5
 
 
-def test_many_free_form_fields_as_a_forced_tool(served):
-    """A tool whose eight ``Any`` fields pass the automaton budget as a DFA is forced as a
-    grammar (the free-form value one rule), as for response_format: tool_choice "required"
-    with parallel calls allowed (the SDK's default), every call validates with Pydantic."""
+@pytest.mark.parametrize("model, max_tokens", [(Record, 600), (Diagnostics, 900)], ids=["free-form", "many-refs"])
+def test_models_past_the_automaton_budget_as_a_forced_tool(served, model, max_tokens):
+    """A tool whose DFA passes the automaton budget is forced as a grammar, as for
+    response_format: Record's eight ``Any`` fields (the free-form value one rule), Diagnostics'
+    Location used in 26 fields (a copy per use; each $ref target and string value one rule).
+    tool_choice "required" with parallel calls allowed (the SDK's default); every call
+    validates with Pydantic.  (SamlConfig's eighty fields would not fit the tiny models'
+    2,048-token context as a tool listed in the prompt.)"""
     server, client = served
     r = client.chat.completions.create(
-        model=server.model, messages=[{"role": "user", "content": "a record"}], max_tokens=600, n=2,
-        tools=[openai.pydantic_function_tool(Record)], tool_choice="required")
+        model=server.model, messages=[{"role": "user", "content": model.__name__}], max_tokens=max_tokens, n=2,
+        tools=[openai.pydantic_function_tool(model)], tool_choice="required")
     for c in r.choices:
         assert c.finish_reason in ("stop", "tool_calls") and c.message.tool_calls, c
         for call in c.message.tool_calls:
-            assert call.function.name == "Record"
-            Record.model_validate_json(call.function.arguments)
-
-
-def test_a_definition_used_in_many_places_as_a_forced_tool(served):
-    """A tool whose one definition (Location) is used in 26 fields passes the automaton budget
-    as a DFA (a copy per use) and is forced as a grammar with each $ref target and string value
-    one rule, as for response_format: tool_choice "required" with parallel calls allowed (the
-    SDK's default), every call validates with Pydantic.  (SamlConfig's eighty fields would
-    not fit the tiny models' 2,048-token context as a tool listed in the prompt.)"""
-    server, client = served
-    r = client.chat.completions.create(
-        model=server.model, messages=[{"role": "user", "content": "diagnostics"}], max_tokens=900, n=2,
-        tools=[openai.pydantic_function_tool(Diagnostics)], tool_choice="required")
-    for c in r.choices:
-        assert c.finish_reason in ("stop", "tool_calls") and c.message.tool_calls, c
-        for call in c.message.tool_calls:
-            assert call.function.name == "Diagnostics"
-            Diagnostics.model_validate_json(call.function.arguments)
+            assert call.function.name == model.__name__
+            model.model_validate_json(call.function.arguments)
