@@ -424,6 +424,22 @@ def test_budget_masks_are_the_tokens_that_still_fit_across_replies(name, list_ca
         _check_budget_masks(name, comp, masks, rng, list_cap)
 
 
+@pytest.mark.parametrize("name", MODELLED)
+def test_budget_masks_of_a_grammar_past_the_table_bounds_walk_to_the_same_tokens(name, monkeypatch):
+    """A grammar past ``MAX_TABLE_STATES`` (or ``MAX_TABLE_BYTES``) has no budget tables: its
+    budget masks are a walk from the root with the limit (``RuleMasks.within``'s fallback,
+    remembered per stack and limit), intersected by the caller with the grammar mask, against
+    the same definition."""
+    from poot_vllm.core.grammar import rule_masks
+
+    gbnf, _ = GRAMMARS[name]
+    comp = compile_grammar(gbnf, own=True)
+    monkeypatch.setattr(rule_masks, "MAX_TABLE_STATES", 0)
+    masks = rule_masks.RuleMasks(comp.rules.model, VOCAB, comp.rules.trie)  # (the same model: its configurations)
+    assert masks.cost_off is None and masks.has_masks
+    _check_budget_masks(name, comp, masks, random.Random(name), 0)
+
+
 def _random_prefix(comp, rng, lo: int, hi: int):
     """A fresh matcher after ``lo..hi`` random text tokens the grammar allows."""
     m = comp.new_matcher()

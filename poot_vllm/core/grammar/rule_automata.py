@@ -480,7 +480,7 @@ class Configurations:
         tables = model.python_tables  # shared by every reply of the grammar
         self._calls, self._byte_next, self._dist, self._accepting, self._nullable_start, self._first = tables
         # The frames again as arrays for the mask kernels, with room after them
-        # for the frames a walk pushes (scratch; see arena()): sized for a
+        # for the frames a walk pushes (scratch; see reserve()): sized for a
         # walk's usual spare from the start, so the first mask does not copy.
         self._arrays = np.empty((4, ARENA_START), dtype=np.int32)
         #: views of the frames' return states, parents and cumulative distances (kept with the arena)
@@ -491,8 +491,9 @@ class Configurations:
     @property
     def arrays(self) -> np.ndarray:
         """The frame arena as one (4, slots) int32 array (rows: return states,
-        parents, cumulative distances, heights; see :meth:`arena`): one kernel
-        argument instead of four."""
+        parents, cumulative distances, heights -- frames from the root, 1 for
+        a frame of the root's level; see :meth:`reserve`): one kernel argument
+        instead of four."""
         return self._arrays
 
     def initial(self) -> tuple[tuple[int, int], ...]:
@@ -564,10 +565,3 @@ class Configurations:
             self._arrays = grown
             self.frames = (grown[0], grown[1], grown[2])
         return self._arrays, n
-
-    def arena(self, spare: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
-        """The frames as arrays ``(ret, parent, cum, height, n)`` for a kernel
-        (:meth:`reserve`).  ``height`` counts a frame's stack from the root (1:
-        a frame of the root's level)."""
-        a, n = self.reserve(spare)
-        return a[0], a[1], a[2], a[3], n

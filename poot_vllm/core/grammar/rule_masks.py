@@ -1136,13 +1136,13 @@ class RuleMasks:
         """The reply's frame arena for a walk (``nf[0]``: its first free slot),
         tracking how deep a single configuration's walk reads the stack (memo
         keys, :func:`_read_frame`)."""
-        _, _, _, height, n = configs_state.arena(self.frame_spare)
+        fr, n = configs_state.reserve(self.frame_spare)
         nf[0] = n
         single = len(configs) == 1
         trk[0] = n if single else -1
-        trk[1] = height[configs[0][1]] if single and configs[0][1] >= 0 else 0
+        trk[1] = fr[3, configs[0][1]] if single and configs[0][1] >= 0 else 0
         trk[2] = -1
-        return configs_state.arrays
+        return fr
 
     def _run_fill(self, configs_state: Configurations, configs: tuple[tuple[int, int], ...], limit: int,
                   words: np.ndarray, mode: int, listed: bool = False) -> tuple[int, np.ndarray]:
