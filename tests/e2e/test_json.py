@@ -128,6 +128,10 @@ def test_response_format_text_is_unconstrained(client, server):
          "/properties/tag/not"),
         ({"$ref": "https://example.com/schema.json"}, "$ref"),
         ({"type": "string", "description": "x" * 17000}, "max_schema_bytes"),
+        # the refusal names where the bytes are
+        ({"$defs": {"Big": {"type": "object", "properties": {f"k{i}": {"type": "integer", "minimum": i}
+                                                             for i in range(700)}}}, "$ref": "#/$defs/Big"},
+         "/$defs/Big/properties (700 entries)"),
     ],
 )
 def test_unenforceable_schema_is_400(server, schema, needle):

@@ -1030,10 +1030,58 @@ def test_text_input_limits_and_syntax():
         schema_to_regex("{not json")
     with pytest.raises(ConstraintSyntaxError):
         schema_to_regex('{"enum": [NaN]}')
-    with pytest.raises(LimitExceeded, match="max_schema_bytes"):
-        schema_to_regex(" " * 20000 + "{}")
+    with pytest.raises(LimitExceeded, match="max_schema_bytes.*not parsed"):
+        schema_to_regex(" " * (4 * 16384 + 1) + "{}")
     with pytest.raises(PootError):
         schema_to_regex("[" * 5000 + "]" * 5000)
+
+
+def test_schema_size_is_measured_without_spaces():
+    """max_schema_bytes bounds the canonical text: a pretty-printed schema (as
+    ``json.dumps(indent=...)`` sends it) is served when its compact text fits."""
+    schema = {"type": "object", "properties": {f"field_{i}": {"type": "integer"} for i in range(400)}}
+    pretty = json.dumps(schema, indent=8)
+    compact = json.dumps(schema, separators=(",", ":"))
+    assert len(pretty) > 16384 >= len(compact)
+    assert schema_to_regex(pretty) == schema_to_regex(schema)
+
+
+def _size_refusal(schema: "dict | str") -> str:
+    with pytest.raises(LimitExceeded, match="max_schema_bytes") as info:
+        schema_to_regex(schema)
+    return str(info.value)
+
+
+def test_schema_size_refusal_names_where_the_bytes_are():
+    # one large definition among small ones: opened down to its many properties
+    big = {"type": "object", "properties": {f"k{i}": {"type": "integer", "minimum": i} for i in range(700)}}
+    schema = {"$defs": {"Big": big, "Small": {"type": "string"}}, "$ref": "#/$defs/Big"}
+    message = _size_refusal(schema)
+    assert "/$defs/Big/properties (700 entries)" in message, message
+    assert "annotations" not in message, message  # none in it: not advised
+    # a few large parts are named largest first, with their share of the text
+    parts = {name: {"type": "object", "properties": {f"{name}{i}": {"enum": [i, f"value-{i}"]} for i in range(n)}}
+             for name, n in (("Order", 250), ("Customer", 200), ("Note", 20))}
+    message = _size_refusal({"type": "object", "properties": parts})
+    named = message.split("largest parts: ")[1]
+    assert named.index("/properties/Order ") < named.index("/properties/Customer ") < named.index(
+        "/properties/Note "), message
+    # descriptions that dominate the text: the cheapest cut is said
+    described = {"type": "object", "properties": {f"p{i}": {"type": "string", "description": "words " * 8}
+                                                  for i in range(300)}}
+    assert "are annotations (description, title" in _size_refusal(described)
+    # a property called "description" is not an annotation
+    props = {"description": {"enum": ["x" * 60] * 1}, **{f"q{i}": {"enum": ["y" * 60]} for i in range(300)}}
+    assert "annotations" not in _size_refusal({"type": "object", "properties": props})
+
+
+def test_tool_schema_size_refusal_names_the_tool():
+    from poot_vllm.core.tool_calls import tool_call_spec
+
+    big = {"type": "object", "properties": {f"p{i}": {"type": "string", "description": "d" * 30} for i in range(600)}}
+    with pytest.raises(LimitExceeded, match="schema of tool 'lookup' exceeds the limit max_schema_bytes") as info:
+        tool_call_spec([("ok", {"type": "object"}), ("lookup", big)], parallel=True)
+    assert "/properties (600 entries)" in str(info.value)
 
 
 def test_regex_size_limit_is_checked_while_building():

@@ -32,8 +32,9 @@ from poot_vllm.core.json_schema.placeholders import NeedsUnrolling, rule_placeho
 from poot_vllm.core.json_schema.patterns import (PatternError, patterns_disjoint, strings_missing_pattern,
                                                  translate_pattern)
 from poot_vllm.core.json_schema.ranges import integer_range_regex
-from poot_vllm.core.json_schema.refs import cyclic_targets, local_refs, ref_to_pointer, resolve_pointer
+from poot_vllm.core.json_schema.refs import cyclic_targets, escape_token, local_refs, ref_to_pointer, resolve_pointer
 from poot_vllm.core.json_schema.whitespace import WHITESPACE_KEY, check_whitespace_pattern
+from poot_vllm.core.json_schema.text_size import PARSE_FACTOR, largest_text_parts
 from poot_vllm.core.json_schema.strings import (JSON_CHAR, NOT_RAW, check_escaped, escaped_set, json_char,
                                                 json_char_regex, spell_escaped)
 from poot_vllm.core.regex import charsets as cs
@@ -150,10 +151,6 @@ def is_unsatisfiable(exc: BaseException) -> bool:
 
 def bad_value(keyword: str, pointer: str, expected: str, value: Any) -> ConstraintSyntaxError:
     return ConstraintSyntaxError(f"'{keyword}' at {pointer}/{keyword} must be {expected}, got {json.dumps(value)[:80]}")
-
-
-def _escape_token(token: str) -> str:
-    return token.replace("~", "~0").replace("/", "~1")
 
 
 def json_type_of(value: Any) -> str:
@@ -1115,7 +1112,7 @@ class SchemaCompiler:
         for key in sorted(set(props) | required_set | extra_keys):
             matched = self._pattern_schemas(by_pattern, key, pointer, refs, depth) if by_pattern else []
             if key in props:
-                sub, where = props[key], f"{pointer}/properties/{_escape_token(key)}"
+                sub, where = props[key], f"{pointer}/properties/{escape_token(key)}"
                 if matched:  # a listed key also obeys every patternProperties schema its name matches
                     sub = {"allOf": [sub] + [m for m, _ in matched]}
             elif matched:  # additionalProperties applies only to keys no pattern matches
@@ -1163,7 +1160,7 @@ class SchemaCompiler:
         (``re.search`` semantics, on poot's own automaton: no backtracking)."""
         out = []
         for pattern, sub in by_pattern.items():
-            where = f"{pointer}/patternProperties/{_escape_token(pattern)}"
+            where = f"{pointer}/patternProperties/{escape_token(pattern)}"
             if self._keys_matching(self._key_pattern(pattern, where, refs, depth), [key]):
                 out.append((sub, where))
         return out
@@ -1300,7 +1297,7 @@ class SchemaCompiler:
             raise refusal("patternProperties", pointer, f"{len(patterns)} patterns on free keys (at most "
                           f"{MAX_FREE_KEY_PATTERNS}: every set of matched patterns is its own key kind); "
                           "list the keys in 'properties'")
-        regexes = [self._key_pattern(p, f"{pointer}/patternProperties/{_escape_token(p)}", refs, depth) for p, _ in patterns]
+        regexes = [self._key_pattern(p, f"{pointer}/patternProperties/{escape_token(p)}", refs, depth) for p, _ in patterns]
         ascii_key = f'(?="{json_char_regex(((0x20, 0x7E),), self.escaped)}*")'
         kinds: list[tuple[str, str]] = []
         for mask in range(1 << len(patterns)):
@@ -1309,7 +1306,7 @@ class SchemaCompiler:
                 continue
             if chosen:
                 subs = [patterns[i][1] for i in chosen]
-                where = f"{pointer}/patternProperties/{_escape_token(patterns[chosen[0]][0])}"
+                where = f"{pointer}/patternProperties/{escape_token(patterns[chosen[0]][0])}"
                 sub = subs[0] if len(subs) == 1 else {"allOf": subs}
             else:
                 sub, where = extra, f"{pointer}/additionalProperties"
@@ -1960,13 +1957,17 @@ def counted_copies(item: str, lo: int, hi: int | None) -> int:
 def _parse_canonical(schema: dict | bool | str, limits: Limits) -> tuple[Any, str]:
     """The schema as Python data and its canonical text (sorted keys, compact), both size-checked.
 
-    JSON text is measured before it is parsed; the canonical text is what
-    ``max_schema_bytes`` bounds (so spacing and key order do not count).
+    The canonical text is what ``max_schema_bytes`` bounds (so spacing and
+    key order do not count: a pretty-printed schema is measured as sent
+    compact); JSON text more than :data:`~.text_size.PARSE_FACTOR` times the
+    bound is refused before it is parsed.  A refusal names where the bytes
+    are (:func:`~.text_size.largest_text_parts`).
     """
     if isinstance(schema, str):
         size = len(schema.encode("utf-8", "surrogatepass"))
-        if size > limits.max_schema_bytes:
-            raise LimitExceeded("the JSON schema", "max_schema_bytes", limits.max_schema_bytes, "bytes", f"got {size}")
+        if size > PARSE_FACTOR * limits.max_schema_bytes:  # not even parsed
+            raise LimitExceeded("the JSON schema", "max_schema_bytes", limits.max_schema_bytes, "bytes",
+                                f"got {size}, more than {PARSE_FACTOR} times the limit, so it was not parsed")
 
         def no_constants(name: str) -> Any:
             raise ValueError(f"{name} is not JSON")
@@ -1984,7 +1985,9 @@ def _parse_canonical(schema: dict | bool | str, limits: Limits) -> tuple[Any, st
         raise ConstraintSyntaxError(f"the JSON schema is not JSON data: {exc}") from None
     size = len(text.encode("utf-8", "surrogatepass"))
     if size > limits.max_schema_bytes:
-        raise LimitExceeded("the JSON schema", "max_schema_bytes", limits.max_schema_bytes, "bytes", f"got {size}")
+        where = largest_text_parts(schema)
+        raise LimitExceeded("the JSON schema", "max_schema_bytes", limits.max_schema_bytes, "bytes",
+                            f"got {size} without spaces" + (f"; {where}" if where else ""))
     return schema, text
 
 

@@ -142,11 +142,12 @@ DEFAULT_BASE = "https://poot.invalid/schema.json"
 _ONE_SCHEMA = ("additionalProperties", "additionalItems", "unevaluatedProperties", "unevaluatedItems", "contains",
                "propertyNames", "not", "if", "then", "else", "items", "contentSchema")
 _SCHEMA_LISTS = ("allOf", "anyOf", "oneOf", "prefixItems", "items")
-_SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas", "dependencies")
+SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas", "dependencies")
 _OLD_DRAFTS = ("draft-03", "draft-04", "draft-05", "draft-06", "draft-07")
 
 
-def _escape(token: str) -> str:
+def escape_token(token: str) -> str:
+    """``token`` as one JSON-pointer segment (``~`` and ``/`` escaped)."""
     return token.replace("~", "~0").replace("/", "~1")
 
 
@@ -214,13 +215,13 @@ def local_refs(root: Any) -> Any:
             root_base = base
         for key in _ONE_SCHEMA:
             if isinstance(node.get(key), dict):
-                stack.append((node[key], f"{pointer}/{_escape(key)}", base))
+                stack.append((node[key], f"{pointer}/{escape_token(key)}", base))
         for key in _SCHEMA_LISTS:
             if isinstance(node.get(key), list):
-                stack.extend((sub, f"{pointer}/{_escape(key)}/{i}", base) for i, sub in enumerate(node[key]))
-        for key in _SCHEMA_MAPS:
+                stack.extend((sub, f"{pointer}/{escape_token(key)}/{i}", base) for i, sub in enumerate(node[key]))
+        for key in SCHEMA_MAPS:
             if isinstance(node.get(key), dict):
-                stack.extend((sub, f"{pointer}/{_escape(key)}/{_escape(name)}", base)
+                stack.extend((sub, f"{pointer}/{escape_token(key)}/{escape_token(name)}", base)
                              for name, sub in node[key].items() if isinstance(sub, dict))
 
     def static_target(base: str, ref: str) -> tuple[str | None, str, str]:
@@ -334,7 +335,7 @@ def _with_refs(root: Any, rewrites: dict[str, dict[str, Any]]) -> Any:
     for pointer, change in rewrites.items():
         node, path = copies[""], ""
         for token in pointer_tokens(pointer):
-            path += "/" + _escape(token)
+            path += "/" + escape_token(token)
             if path not in copies:
                 key: Any = int(token) if isinstance(node, list) else token
                 copies[path] = node[key] = dict(node[key]) if isinstance(node[key], dict) else list(node[key])

@@ -77,7 +77,11 @@ def tool_call_spec(tools: list[tuple[str, Any]], *, parallel: bool, codec: str =
     for name, parameters in tools:
         if not isinstance(name, str) or not name:
             raise PootError("every tool needs a non-empty function name")
-        schema = None if is_empty_parameters(parameters) else json.loads(canonical_schema_text(parameters, limits))
+        try:
+            schema = None if is_empty_parameters(parameters) else json.loads(canonical_schema_text(parameters, limits))
+        except LimitExceeded as exc:  # name the tool whose schema is too large
+            raise LimitExceeded(f"the parameters schema of tool {name!r}", exc.limit_name, exc.limit, exc.unit,
+                                exc.detail) from None
         entries.append({"name": name, "parameters": schema})
     payload = {"v": SPEC_VERSION, "codec": codec, "parallel": bool(parallel), "tools": entries}
     return json.dumps(payload, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
