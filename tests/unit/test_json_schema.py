@@ -1187,6 +1187,27 @@ def test_budget_refusal_names_the_largest_parts():
     compile_json_schema(schema)
 
 
+def test_budget_refusal_names_free_form_values_when_they_drive_it():
+    # Github_easy/o55159: five untyped fields ({"strip": true}) beside two counted strings; the
+    # free-form values' copies (one per continuation) pass the budget, not the strings
+    untyped = ("created_at", "created_by", "id", "updated_at", "updated_by")
+    label = {"type": "object", "additionalProperties": False, "properties": {
+        "name": {"type": "string", "minLength": 1, "maxLength": 191, "pattern": "^([^,]|$)"},
+        "slug": {"type": ["string", "null"], "maxLength": 191}, **{k: {"strip": True} for k in untyped}}}
+    schema = {"definitions": {"label": label}, "properties": {"label": {"$ref": "#/definitions/label"}},
+              "required": ["label"]}
+    with pytest.raises(LimitExceeded, match="max_automaton_bytes") as info:
+        compile_json_schema(schema)
+    parts = str(info.value).split("largest parts of the schema: ")[1]
+    named = re.findall(r"/definitions/label/properties/(\w+): a free-form value contributes \d+% of it; give it a type",
+                       parts)
+    assert len(named) == 3 and set(named) <= set(untyped), parts
+    # typed as the advice says, it compiles
+    for k in untyped:
+        label["properties"][k] = {"type": "string"}
+    compile_json_schema(schema)
+
+
 def test_budget_refusal_names_defs_pointers_for_refs():
     schema = {"$defs": {"Big": {"type": "string", "minLength": 5000}}, "type": "object",
               "properties": {"a": {"$ref": "#/$defs/Big"}}}

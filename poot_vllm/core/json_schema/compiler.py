@@ -60,6 +60,8 @@ FREE_FORM_DEPTH = 2
 #: container deep (scalars inside) rather than refused; the same schema always
 #: gets the same depth under the same limits.
 FREE_FORM_DEPTHS = (2, 1)
+#: The "keyword" that budget refusals name for a free-form value (``{}``, ``true``, ``additionalProperties: true``).
+FREE_FORM_PART = "a free-form value"
 #: Optional object members that may be the first one emitted (see _member_list).
 FIRST_KEY_WINDOW = 8
 #: Schema nesting (including inlined ``$ref``) deeper than this is refused.
@@ -358,7 +360,8 @@ class SchemaCompiler:
                   "format": "drop the format or use a plain string", "pattern": "simplify the pattern",
                   "multipleOf": "widen the step or narrow the range",
                   "uniqueItems": "give the items a type or an enum, or drop uniqueItems",
-                  "maxContains": "lower maxContains", "patternProperties": "list the keys in 'properties'"}
+                  "maxContains": "lower maxContains", "patternProperties": "list the keys in 'properties'",
+                  FREE_FORM_PART: "give it a type (or leave it out)"}
         out = []
         for (pointer, keyword), weight in ranked:
             what = "the numeric range" if keyword in NUMBER_KW or keyword == "type" else keyword
@@ -377,6 +380,12 @@ class SchemaCompiler:
         if depth not in self._any_cache:
             self._any_cache[depth] = self._any_of(self.any_value(depth - 1) if depth > 0 else None)
         return self._any_cache[depth]
+
+    def free_value(self, pointer: str) -> str:
+        """A free-form member or item of the container at ``pointer`` (one level less deep),
+        noted as a part of the automaton: free-form values copied into several places are
+        often what passes the budget, and the refusal should say so."""
+        return self.note(pointer, FREE_FORM_PART, self.any_value(self.free_form - 1), 1)
 
     def _any_of(self, inner: "str | None") -> str:
         """A JSON scalar, or (with ``inner``) an array of ``inner`` items or a free-form object
@@ -1256,10 +1265,10 @@ class SchemaCompiler:
         elif extra is False or hi == 0:
             kinds = []
         elif (extra is True or extra == {}) and lo == 0 and hi is None and names_regex is None:
-            return self.check(self.free_object(self.any_value(self.free_form - 1)), pointer)
+            return self.check(self.free_object(self.free_value(pointer)), pointer)
         else:
             try:
-                value = self.any_value(self.free_form - 1) if extra is True or extra == {} else \
+                value = self.free_value(pointer) if extra is True or extra == {} else \
                     self.compile(extra, f"{pointer}/additionalProperties", refs, depth + 1)
                 kinds = [("", value)]
             except UnsupportedConstruct as exc:
@@ -1312,7 +1321,7 @@ class SchemaCompiler:
                 sub, where = extra, f"{pointer}/additionalProperties"
             try:
                 value = self.compile(sub, where, refs, depth + 1) if sub is not True and sub != {} \
-                    else self.any_value(self.free_form - 1)
+                    else self.free_value(where)
             except UnsupportedConstruct as exc:
                 if not is_unsatisfiable(exc):
                     raise
@@ -1404,7 +1413,7 @@ class SchemaCompiler:
         element = None
         if more_hi != 0:
             try:
-                element = self.any_value(self.free_form - 1) if rest is True or rest == {} else self.compile(rest, rest_where, refs, depth + 1)
+                element = self.free_value(pointer) if rest is True or rest == {} else self.compile(rest, rest_where, refs, depth + 1)
             except UnsupportedConstruct as exc:
                 if more_lo > 0 or not is_unsatisfiable(exc):
                     raise
@@ -1439,7 +1448,7 @@ class SchemaCompiler:
         if item is False:
             element = None
         else:
-            element = self.any_value(self.free_form - 1) if item is True or item == {} else \
+            element = self.free_value(pointer) if item is True or item == {} else \
                 self.compile(item, item_where, refs, depth + 1)
         members = self._unique_values(item, element, refs) if element is not None else []
         if members is None:
