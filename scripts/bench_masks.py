@@ -53,7 +53,7 @@ os.environ.setdefault("LLGUIDANCE_LOG_LEVEL", "0")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 warnings.filterwarnings("ignore")
 
-from _bench_backends import BENCH_DATA, ENGINES, BenchItem, clear_caches, load_items, load_tokenizer, make_backend  # noqa: E402
+from _bench_backends import BENCH_DATA, BenchItem, clear_caches, load_items, load_tokenizer, make_backend  # noqa: E402
 
 GROUP_ORDER = ["Client_models", "Glaiveai2K", "Github_trivial", "Github_easy", "Github_medium", "Github_hard", "Github_ultra",
                "Snowplow", "Kubernetes", "WashingtonPost", "JsonSchemaStore", "MCPspec",
@@ -135,8 +135,6 @@ def _api_server_check(backend, option, spec) -> None:
 
 def run_one(engine: str, backend, item: BenchItem, vocab_name: str, token_bytes, eos: int, size: int,
             steps: int, seed: int) -> Result:
-    import torch
-
     r = Result(engine, vocab_name, item.id, item.subset)
     if not _supports(engine.split("+")[0], item):
         r.error = "unsupported kind"
@@ -458,7 +456,7 @@ def main(argv: list[str] | None = None) -> int:
                 b.destroy()
             except Exception:
                 pass
-        del backends
+        backends.clear()  # (the engines' tables freed before the next vocabulary)
         gc.unfreeze()
         gc.collect()
 

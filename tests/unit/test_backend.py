@@ -198,7 +198,6 @@ def test_new_stop_sets_reuse_the_xgrammar_compiler_and_grammar(backend, monkeypa
     backend.compile_grammar(option, spec, stop_token_ids={EOS})
     compilers = _count_calls(monkeypatch, pushdown, "_make_compiler")
     grammars = _count_calls(monkeypatch, pushdown, "_compile_xgrammar")
-    bitmask = backend.allocate_token_bitmask(1)
     for extra in range(2, 22):
         g = backend.compile_grammar(option, spec, stop_token_ids={EOS, extra})
         assert g.accept_tokens("r", [265 if extra != 265 else 90])   # '{"' (or '{') opens the object

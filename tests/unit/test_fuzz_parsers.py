@@ -8,7 +8,6 @@ work of ``Limits``.  Speed is not asserted (benchmarks measure it).
 
 from __future__ import annotations
 
-import json
 
 import pytest
 from hypothesis import HealthCheck, given, settings
