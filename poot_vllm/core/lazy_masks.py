@@ -76,8 +76,8 @@ from poot_vllm.core.counted_masks import (_NO_ROW, NEVER, NO_LIMIT, ROW_MEMO_BYT
                                           _guard_step, _guard_walk, _states_to_walk, by_k_descending, clear_bits,
                                           counter_tables, state_guards)
 from poot_vllm.core.jit import jit_kernel as _jit
-from poot_vllm.core.masks import (UNREACHABLE, DFAMaskIndex, _set_bits, estimate_mask_work, kernel_stops,
-                                  kernel_tables, live_byte_sums)
+from poot_vllm.core.masks import (UNREACHABLE, DFAMaskIndex, _set_bits, dfa_byte_sums, estimate_mask_work,
+                                  kernel_stops, kernel_tables)
 from poot_vllm.core.table_graph import NO_ACTIONS, backward_bfs, table_predecessors
 from poot_vllm.core.table_graph import read_only as _read_only
 from poot_vllm.core.token_trie import TokenTrie
@@ -618,13 +618,14 @@ def _count_levels(trie: TokenTrie) -> tuple[int, np.ndarray, np.ndarray, np.ndar
     return len(first), first_size, children, size2
 
 
-def _expensive_states(trans: np.ndarray, trie: TokenTrie) -> np.ndarray:
+def _expensive_states(dfa: Any, trie: TokenTrie) -> np.ndarray:
     """bool per state: its walk may visit more than ``LAZY_MAX_NODES`` trie nodes
     (by a one-level bound for all states, then a two-level one for the states
     the first does not clear: a state whose bytes are few but common, like a
     space, reads a large subtree that dies one byte down)."""
     n_first, first_size, children, size2 = _trie_levels(trie)
-    bound1 = n_first + live_byte_sums(trans, first_size)[1]
+    trans = kernel_tables(dfa)[0]
+    bound1 = n_first + dfa_byte_sums(dfa, first_size)[1]
     out = bound1 > LAZY_MAX_NODES
     states = np.flatnonzero(out).astype(np.int32)
     if states.size:
@@ -672,8 +673,8 @@ _one_byte: "weakref.WeakKeyDictionary[TokenTrie, tuple[np.ndarray, np.ndarray]]"
 
 def lazy_eligible(dfa: Any, trie: TokenTrie, is_stop: np.ndarray, max_work: int | None) -> bool:
     """Whether masks may be served before the full index (module docstring)."""
-    trans, _ = kernel_tables(dfa)
-    read = live_byte_sums(trans)[2]
+    # (with the trie's first-level sizes: the expensive states' pass, done once for all three asks)
+    read = dfa_byte_sums(dfa, _trie_levels(trie)[1])[2]
     if (read & ~_spelled_bytes(trie, is_stop)).any():
         return False
     if max_work is None or estimate_mask_work(dfa, trie.size) * LAZY_WORK_SHARE <= max_work:
@@ -700,7 +701,7 @@ def work_bound(dfa: Any, trie: TokenTrie) -> int:
     trans, _ = kernel_tables(dfa)
     n_first, first_size, _, _ = _trie_levels(trie)
     walks = 3 if getattr(dfa, "actions", None) is not None else 1
-    return walks * int(trans.shape[0] * n_first + int(live_byte_sums(trans, first_size)[1].sum()))
+    return walks * int(trans.shape[0] * n_first + int(dfa_byte_sums(dfa, first_size)[1].sum()))
 
 
 #: Counter lists (:class:`~poot_vllm.core.counted_masks.StateGuards`) the lazy
@@ -775,7 +776,7 @@ class PendingMasks:
         self._zeros.flags.writeable = False
         self._rows: dict[int, np.ndarray] = {}
         #: States whose walk may be long: rows made at compile time (:meth:`prefetch`), through their loop.
-        self.expensive = _expensive_states(trans, trie)
+        self.expensive = _expensive_states(dfa, trie)
         self._rev: tuple[np.ndarray, np.ndarray] | None = None  # built at the first loop
         self.index: DFAMaskIndex | None = None
         self.error: BaseException | None = None

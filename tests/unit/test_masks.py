@@ -304,3 +304,22 @@ def test_stop_flags_are_kept_per_stop_set_and_bounded(monkeypatch):
     for extra in range(5):
         masks.kernel_stops(with_stop_ids(vocab, {3, extra}), trie)
     assert len(masks._stops[trie]) <= 2
+
+
+def test_byte_sums_kept_with_a_dfa_are_those_of_its_table_whatever_was_asked_before():
+    """The compile steps share one pass over the table (masks.dfa_byte_sums): the
+    sums each asks for are the ones a fresh pass gives, in any order of asking."""
+    from poot_vllm.core.automata.compilers import regex_to_dfa
+    from poot_vllm.core.masks import dfa_byte_sums, kernel_tables, live_byte_sums
+
+    rng = np.random.default_rng(0)
+    for regex in ('"[^"]{0,40}"', "(ab|cd)*[0-9]+", "[\u00e0-\u00ff]x?"):
+        dfa = regex_to_dfa(regex)
+        trans = kernel_tables(dfa)[0]
+        w1, w2 = (rng.integers(0, 1000, 256).astype(np.int64) for _ in range(2))
+        for weights in (None, w1, None, w2, w2, w1, None):
+            got = dfa_byte_sums(dfa, weights)
+            fresh = live_byte_sums(trans, weights)
+            assert np.array_equal(got[0], fresh[0]) and np.array_equal(got[2], fresh[2])
+            if weights is not None:
+                assert np.array_equal(got[1], fresh[1])
