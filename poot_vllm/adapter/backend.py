@@ -79,11 +79,13 @@ def _warm_up(vocab: TokenVocabulary | None = None) -> None:
     for letter in "dws":  # \d \w \s tables: ~0.3 s each, once per process
         category(letter)
     if vocab is not None:
+        from poot_vllm.core.lazy_masks import warm_up_loops
         from poot_vllm.core.matchers.pushdown import compiler_for
         from poot_vllm.core.token_trie import TokenTrie
 
         TokenTrie.build(vocab)   # ~0.5-2 s for 128k tokens; shared by every DFA compile
         compiler_for(vocab)      # xgrammar's tokenizer tables for grammars / json_object
+        warm_up_loops(vocab)     # JSON string bodies' trie walks, shared by most schemas
 
 
 #: (tensor, its numpy view): vLLM fills rows of one long-lived bitmask tensor,

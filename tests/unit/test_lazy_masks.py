@@ -425,3 +425,43 @@ def test_a_background_build_shortens_the_gil_switch_interval_while_it_runs():
     release.set()
     lazy_masks.drain()
     assert sys.getswitchinterval() == before
+
+
+@needs_bench("vocab", "llama3-bpe-128k", "tokenizer.json")
+def test_start_up_makes_the_string_body_walks_that_schemas_share():
+    """The backend's start-up thread makes the loop walks of JSON string bodies
+    (lazy_masks.warm_up_loops), so the first schema holding one -- in an
+    object, plain and counted past the longest token, also as tool-call
+    arguments (no raw '<') -- walks no loop of its own in its compile (each
+    ~5-40 ms at 128k tokens, in the scheduler loop)."""
+    from transformers import AutoTokenizer
+
+    from poot_vllm.core.automata.compilers import regex_to_dfa
+    from poot_vllm.core.cache import compiled_cache
+    from poot_vllm.core.json_schema import schema_to_regex
+
+    vocab = TokenVocabulary.from_tokenizer(AutoTokenizer.from_pretrained(str(bench_path("vocab", "llama3-bpe-128k"))))
+    trie = TokenTrie.build(vocab)
+    schema = {"type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "string", "maxLength": 300}},
+              "required": ["a", "b"]}
+
+    def walks() -> set:
+        return {k for k in list(compiled_cache()._items) if k[0] in ("loop-walk", "loop-guard")
+                and k[1] == vocab.token_key}
+
+    def forget() -> None:
+        compiled_cache().clear(keep=lambda key: not (key[0] in ("loop-walk", "loop-guard")
+                                                     and key[1] == vocab.token_key))
+
+    def compile_(escaped: str) -> set:
+        before = walks()
+        PendingMasks(regex_to_dfa(schema_to_regex(schema, escaped=escaped)), vocab, trie, None).prefetch()
+        return walks() - before
+
+    forget()
+    cold = compile_("") | compile_("<")
+    assert cold, "without the warm-up the schema's compiles walk its string bodies"
+    forget()
+    lazy_masks.warm_up_loops(vocab)
+    assert cold <= walks()
+    assert compile_("") == set() and compile_("<") == set()
