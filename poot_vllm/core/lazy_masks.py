@@ -698,7 +698,7 @@ _one_byte: "weakref.WeakKeyDictionary[TokenTrie, tuple[np.ndarray, np.ndarray]]"
 
 def lazy_eligible(dfa: Any, trie: TokenTrie, is_stop: np.ndarray, max_work: int | None) -> bool:
     """Whether masks may be served before the full index (module docstring)."""
-    # (with the trie's first-level sizes: the expensive states' pass, done once for all three asks)
+    # (with the trie's first-level sizes: one pass for the four compile steps that ask, masks.dfa_byte_sums)
     read = dfa_byte_sums(dfa, _trie_levels(trie)[1])[2]
     if (read & ~_spelled_bytes(trie, is_stop)).any():
         return False

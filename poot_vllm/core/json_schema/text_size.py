@@ -16,8 +16,9 @@ from typing import Any
 
 from poot_vllm.core.json_schema.refs import SCHEMA_MAPS, escape_token
 
-#: Keywords that only annotate: dropping them changes no reply.
-ANNOTATIONS = frozenset({"description", "title", "examples", "example", "default", "$comment", "deprecated",
+#: Keywords that only annotate and that a schema never needs: dropping them changes no reply
+#: (``compiler.ANNOTATIONS`` less what references and drafts read: ``$defs``, ``$id``, anchors, ...).
+DROPPABLE = frozenset({"description", "title", "examples", "example", "default", "$comment", "deprecated",
                          "readOnly", "writeOnly"})
 #: A part holding more than this share of its parent's text is opened (its own parts named instead).
 _DESCEND_SHARE = 0.6
@@ -40,7 +41,7 @@ def _annotation_bytes(value: Any) -> int:
             for key, child in node.items():
                 if key in SCHEMA_MAPS and isinstance(child, dict):
                     stack.extend(child.values())  # a property named "title" is not an annotation
-                elif key in ANNOTATIONS:
+                elif key in DROPPABLE:
                     total += _size(key) + 1 + _size(child) + 1
                 else:
                     stack.append(child)
@@ -65,15 +66,15 @@ def largest_text_parts(schema: Any, top: int = 3) -> str:
     total = _size(schema)
     if not total:
         return ""
-    pointer, node = "", schema
+    pointer, node, size = "", schema, total
     while True:
         parts = sorted(((_size(v), p, v) for p, v in _children(node, pointer)), key=lambda t: -t[0])
-        if not parts or parts[0][0] <= _DESCEND_SHARE * _size(node) or not _children(parts[0][2], parts[0][1]):
+        if not parts or parts[0][0] <= _DESCEND_SHARE * size or not isinstance(parts[0][2], (dict, list)) \
+                or not parts[0][2]:
             break
-        _, pointer, node = parts[0]
+        size, pointer, node = parts[0]
     out = []
     if parts and parts[0][0] * 20 < total:  # many small parts (600 properties): name their container
-        size = _size(node)
         out.append(f"largest part: {pointer or '/'} ({len(parts)} entries) {size} bytes ({100 * size // total}%)")
     elif parts:
         named = ", ".join(f"{p or '/'} {size} bytes ({100 * size // total}%)" for size, p, _ in parts[:top])
